@@ -1,0 +1,33 @@
+"""Partition storage: filesystem backends (POSIX, HDFS), the segment log and its single-writer protocol.
+
+``PartitionLog.open`` is a fenced takeover: after it returns, no earlier owner of the directory can
+acknowledge another write (see ``fencing.log`` and ARCHITECTURE.md, "Ownership and fencing").
+"""
+
+from __future__ import annotations
+
+from fencing.epochs import DirectoryEpochSource, EpochSource, highest_epoch
+from fencing.errors import FencedError, LogCorruptError, LogError, OffsetOutOfRangeError, StorageError
+from fencing.filesystem import FileInfo, FileSystem, WritableFile, open_storage
+from fencing.log import LogConfig, PartitionLog, RecoveryReport, scan_valid_prefix
+from fencing.segments import SegmentName
+
+__all__ = [
+    "DirectoryEpochSource",
+    "EpochSource",
+    "FencedError",
+    "FileInfo",
+    "FileSystem",
+    "LogConfig",
+    "LogCorruptError",
+    "LogError",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "RecoveryReport",
+    "SegmentName",
+    "StorageError",
+    "WritableFile",
+    "highest_epoch",
+    "open_storage",
+    "scan_valid_prefix",
+]

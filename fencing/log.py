@@ -1,0 +1,584 @@
+"""The segment log of one partition, with the single-writer (fencing) protocol.
+
+Opening a :class:`PartitionLog` *is* a takeover (ARCHITECTURE.md, "Ownership and fencing"):
+
+1. take a new epoch from the :class:`~fencing.epochs.EpochSource`;
+2. create the marker ``_epoch/<epoch>`` exclusively — before looking at any segment;
+3. for every open segment of a lower epoch: recover its lease (HDFS), scan it, cut a torn or corrupt
+   tail, and rename it to its sealed name, which records the valid length;
+4. create ``<next offset>.<epoch>.log`` and serve.
+
+An old owner learns it was fenced: on HDFS its next ``hsync`` fails once the lease is recovered; on POSIX
+it checks after every sync that its segment path still names its file and that no higher marker exists.
+Before writing into a newly created segment (a roll) it lists ``_epoch/`` too. A write is acknowledged
+(``flush`` returns) only if it lies inside the sealed length the next owner will read.
+
+Not thread-safe for writers: one committer calls ``append``/``flush``. Readers may call :meth:`read`
+from other threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import posixpath
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fencing.epochs import EpochSource, highest_epoch
+from fencing.errors import FencedError, LogCorruptError, LogError, OffsetOutOfRangeError, StorageError
+from fencing.filesystem import Buffer, FileSystem, WritableFile
+from fencing.segments import EPOCH_DIR, SegmentName, epoch_marker_name
+from talos import BatchError, BatchHeader, iter_batches, read_header, set_base_offset, verify_batch
+
+__all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "scan_valid_prefix"]
+
+log = logging.getLogger("talos.log")
+
+#: Called at the named steps of the protocol; tests use it to widen race windows.
+Hook = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 128 * 1024 * 1024  # roll when the active segment reaches this size
+    segment_ms: int = 7 * 24 * 3600 * 1000  # ... or this age
+    index_interval_bytes: int = 16 * 1024  # one sparse-index entry per this many bytes
+    retention_ms: int | None = None  # delete sealed segments older than this
+    retention_bytes: int | None = None  # ... and the oldest while the log is larger than this
+    lease_timeout_s: float = 120.0
+    read_chunk_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What the takeover found and sealed."""
+
+    epoch: int
+    sealed: list[str]  # open segments of older epochs that this takeover sealed
+    truncated_bytes: int  # torn or corrupt bytes cut from their tails
+    next_offset: int
+
+
+def scan_valid_prefix(data: Buffer, base_offset: int) -> tuple[int, int]:
+    """Length of the longest prefix of whole, CRC-valid, contiguous batches, and the offset after it."""
+    valid = 0
+    expected = base_offset
+    try:
+        for position, header in iter_batches(data):
+            if header.base_offset != expected:
+                log.warning(
+                    "batch at byte %d has base offset %d, expected %d: cut there",
+                    position,
+                    header.base_offset,
+                    expected,
+                )
+                break
+            valid = position + header.length
+            expected = header.next_offset
+    except BatchError as exc:
+        log.warning("segment cut at byte %d of %d: %s", valid, len(data), exc)
+    return valid, expected
+
+
+class _ChunkBuffer:
+    """The unsealed bytes of the active segment, kept as the flushed chunks (no copy on read)."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._starts: list[int] = []
+        self._size = 0
+
+    def append(self, data: Buffer) -> None:
+        self._starts.append(self._size)
+        self._chunks.append(bytes(data))
+        self._size += len(data)
+
+    def read(self, position: int, size: int) -> bytes:
+        end = min(position + size, self._size)
+        out = []
+        index = max(bisect.bisect_right(self._starts, position) - 1, 0)
+        while position < end and index < len(self._chunks):
+            chunk, start = self._chunks[index], self._starts[index]
+            out.append(chunk[position - start : end - start])
+            position = start + len(chunk)
+            index += 1
+        return b"".join(out)
+
+
+@dataclass
+class _Segment:
+    name: SegmentName
+    path: str
+    length: int  # valid bytes
+    end: int  # next offset after the segment
+    mtime_ms: int
+    # Sparse index: offsets[i] is the base offset of the batch at byte positions[i].
+    offsets: array[int] | None = None
+    positions: array[int] = field(default_factory=lambda: array("q"))
+
+    @property
+    def base(self) -> int:
+        return self.name.base
+
+
+class PartitionLog:
+    """Append-only log of record batches in one partition directory."""
+
+    def __init__(self, fs: FileSystem, directory: str, epoch: int, config: LogConfig, hook: Hook | None) -> None:
+        self._fs = fs
+        self._dir = directory
+        self._epoch = epoch
+        self._config = config
+        self._hook = hook
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []  # sealed, oldest first; the active one is separate
+        self._active: _Segment | None = None
+        self._writer: WritableFile | None = None
+        self._active_data = _ChunkBuffer()  # unsealed bytes, for filesystems that cannot read open files
+        self._active_opened_ms = 0
+        self._pending: list[bytearray] = []
+        self._next_offset = 0  # next offset to assign
+        self._durable_offset = 0  # everything below is flushed and acknowledged
+        self._error: LogError | None = None
+        self.recovery: RecoveryReport | None = None  # what the takeover found
+
+    # ------------------------------------------------------------------ takeover
+
+    @classmethod
+    def open(
+        cls,
+        fs: FileSystem,
+        directory: str,
+        epochs: EpochSource,
+        *,
+        config: LogConfig | None = None,
+        hook: Hook | None = None,
+    ) -> PartitionLog:
+        """Take the partition over with a new epoch and return the log ready for appends."""
+        plog = cls(fs, directory, epochs.next_epoch(), config or LogConfig(), hook)
+        plog.recovery = plog._take_over()
+        return plog
+
+    def _step(self, name: str) -> None:
+        if self._hook is not None:
+            self._hook(name)
+
+    def _path(self, name: str | SegmentName) -> str:
+        return posixpath.join(self._dir, str(name))
+
+    def _take_over(self) -> RecoveryReport:
+        fs = self._fs
+        marker_dir = posixpath.join(self._dir, EPOCH_DIR)
+        fs.mkdirs(marker_dir)
+        if highest_epoch(fs, self._dir) >= self._epoch:
+            raise FencedError(f"{self._dir}: epoch {self._epoch} is not newer than the markers present")
+        try:
+            fs.write_file(posixpath.join(marker_dir, epoch_marker_name(self._epoch)), b"")
+        except FileExistsError:
+            raise FencedError(f"{self._dir}: another owner took epoch {self._epoch}") from None
+        self._step("takeover:marker-written")
+
+        sealed_now: list[str] = []
+        truncated = 0
+        for _attempt in range(100):
+            entries = [(SegmentName.parse(i.name), i) for i in fs.list(self._dir)]
+            segments = sorted(
+                ((name, info) for name, info in entries if name is not None), key=lambda e: (e[0].base, e[0].epoch)
+            )
+            retry = False
+            for name, _info in segments:
+                if name.sealed:
+                    continue
+                if name.epoch > self._epoch:
+                    raise FencedError(f"{self._dir}: open segment {name} of a newer epoch")
+                if name.epoch == self._epoch:
+                    raise LogCorruptError(f"{self._dir}: segment {name} already has this epoch")
+                path = self._path(name)
+                try:
+                    fs.recover_lease(path, timeout=self._config.lease_timeout_s)
+                    data = fs.read(path)
+                    length, end = scan_valid_prefix(data, name.base)
+                    fs.rename(path, self._path(name.seal(end, length)))
+                except FileNotFoundError:
+                    retry = True  # its writer sealed or removed it meanwhile: look again
+                    break
+                truncated += len(data) - length
+                sealed_now.append(str(name.seal(end, length)))
+                self._step("takeover:sealed")
+            if not retry:
+                break
+        else:
+            raise StorageError(f"{self._dir}: segments kept changing during takeover")
+
+        self._load_sealed()
+        self._open_segment(self._next_offset)
+        if highest_epoch(fs, self._dir) > self._epoch:
+            self._fail(FencedError(f"{self._dir}: fenced by a newer epoch during takeover"))
+            raise self._error  # type: ignore[misc]
+        log.info(
+            "took over %s at epoch %d: next offset %d, sealed %s, cut %d bytes",
+            self._dir,
+            self._epoch,
+            self._next_offset,
+            sealed_now,
+            truncated,
+        )
+        return RecoveryReport(self._epoch, sealed_now, truncated, self._next_offset)
+
+    def _load_sealed(self) -> None:
+        entries = [(SegmentName.parse(i.name), i) for i in self._fs.list(self._dir)]
+        sealed = sorted(
+            ((name, info) for name, info in entries if name is not None and name.sealed),
+            key=lambda e: (e[0].base, e[0].epoch),
+        )
+        segments: list[_Segment] = []
+        for index, (name, info) in enumerate(sealed):
+            assert name.end is not None and name.length is not None
+            if name.length == 0 and index < len(sealed) - 1:
+                # An empty segment (a roll interrupted by a takeover) carries nothing once another follows.
+                self._fs.delete(self._path(name))
+                continue
+            if segments and segments[-1].end != name.base:
+                raise LogCorruptError(f"{self._dir}: segment {name} does not follow offset {segments[-1].end}")
+            segments.append(_Segment(name, self._path(name), name.length, name.end, info.mtime_ms))
+        self._segments = segments
+        self._next_offset = self._durable_offset = segments[-1].end if segments else 0
+
+    def _open_segment(self, base: int) -> None:
+        name = SegmentName(base, self._epoch)
+        path = self._path(name)
+        self._writer = self._fs.create(path)
+        now = int(time.time() * 1000)
+        self._active = _Segment(name, path, 0, base, now, offsets=array("q"))
+        self._active_data = _ChunkBuffer()
+        self._active_opened_ms = now
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this is flushed (the high watermark); reads stop here."""
+        return self._durable_offset
+
+    @property
+    def start_offset(self) -> int:
+        """The earliest offset still stored."""
+        with self._lock:
+            if self._segments:
+                return self._segments[0].base
+            return self._active.base if self._active is not None else self._durable_offset
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            active = self._active.length if self._active is not None else 0
+            return sum(s.length for s in self._segments) + active
+
+    @property
+    def failed(self) -> LogError | None:
+        """Why the log accepts no more writes (fenced, storage failure), or None."""
+        return self._error
+
+    # ------------------------------------------------------------------ writing
+
+    def _fail(self, error: LogError) -> None:
+        if self._error is None:
+            self._error = error
+            self._pending.clear()
+            self._next_offset = self._durable_offset
+            if self._writer is not None:
+                with contextlib.suppress(LogError):
+                    self._writer.close()
+                self._writer = None
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def append(self, batch: Buffer, *, verify: bool = True) -> tuple[int, int]:
+        """Assign offsets to one encoded batch and queue it for the next :meth:`flush`.
+
+        Returns ``(base_offset, next_offset)``. Nothing is durable (or readable) before the flush.
+        """
+        self._check()
+        header: BatchHeader = verify_batch(batch) if verify else read_header(batch)
+        if header.length != len(batch):
+            raise LogCorruptError(f"buffer holds {len(batch)} bytes, the batch says {header.length}")
+        copy = bytearray(batch)
+        base = self._next_offset
+        set_base_offset(copy, base)
+        self._pending.append(copy)
+        self._next_offset = base + header.record_count
+        return base, self._next_offset
+
+    def flush(self) -> int:
+        """Write every queued batch as one buffer with one sync; returns the new durable offset.
+
+        Raises :class:`FencedError` if a newer owner exists, :class:`StorageError` if the storage failed;
+        then nothing queued is acknowledged and the log accepts no more writes.
+        """
+        self._check()
+        if not self._pending:
+            return self._durable_offset
+        assert self._writer is not None and self._active is not None
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        try:
+            self._writer.write(data)
+            self._writer.sync()
+        except StorageError as exc:
+            self._fail(self._fenced_or(exc))
+            raise self._error from exc  # type: ignore[misc]
+        self._step("flush:synced")
+        if not self._fs.lease_fencing:
+            self._check_not_fenced()
+        self._record_flushed(data)
+        if self._should_roll():
+            self.roll()
+        return self._durable_offset
+
+    def _fenced_or(self, error: LogError) -> LogError:
+        try:
+            newer = highest_epoch(self._fs, self._dir) > self._epoch
+        except (LogError, OSError):
+            newer = False
+        return FencedError(f"{self._dir}: fenced by a newer epoch ({error})") if newer else error
+
+    def _check_not_fenced(self) -> None:
+        assert self._writer is not None
+        if not self._writer.still_linked():
+            self._fail(FencedError(f"{self._dir}: segment {self._writer.path} was sealed by a newer owner"))
+        elif highest_epoch(self._fs, self._dir) > self._epoch:
+            self._fail(FencedError(f"{self._dir}: a newer epoch than {self._epoch} exists"))
+        self._check()
+
+    def _record_flushed(self, data: Buffer) -> None:
+        active = self._active
+        assert active is not None and active.offsets is not None
+        interval = self._config.index_interval_bytes
+        position = active.length
+        last_indexed = active.positions[-1] if active.positions else -interval
+        with self._lock:
+            for pending in self._pending:
+                if position - last_indexed >= interval:
+                    active.offsets.append(read_header(pending).base_offset)
+                    active.positions.append(position)
+                    last_indexed = position
+                position += len(pending)
+            if not self._fs.reads_open_files:
+                self._active_data.append(data)
+            active.length = position
+            active.end = self._next_offset
+            self._durable_offset = self._next_offset
+        self._pending.clear()
+
+    def _should_roll(self) -> bool:
+        assert self._active is not None
+        if self._active.length >= self._config.segment_bytes:
+            return True
+        age = int(time.time() * 1000) - self._active_opened_ms
+        return self._active.length > 0 and age >= self._config.segment_ms
+
+    def maybe_roll(self) -> None:
+        """Roll the active segment if it is old enough (call periodically)."""
+        self._check()
+        if not self._pending and self._should_roll():
+            self.roll()
+
+    def roll(self) -> None:
+        """Seal the active segment and start a new one (only between flushes)."""
+        self._check()
+        if self._pending:
+            raise LogError("roll with unflushed appends")
+        assert self._active is not None
+        if self._active.length == 0:
+            return
+        end = self._active.end
+        self._seal_active()
+        try:
+            self._open_segment(end)
+        except (StorageError, FileExistsError) as exc:
+            self._fail(self._fenced_or(StorageError(str(exc))))
+            raise self._error from exc  # type: ignore[misc]
+        self._step("roll:created-new")
+        # A takeover that listed the directory before this file existed cannot have sealed it:
+        # the marker check is what stops this writer then (its marker precedes its listing).
+        if highest_epoch(self._fs, self._dir) > self._epoch:
+            assert self._active is not None
+            path = self._active.path
+            self._fail(FencedError(f"{self._dir}: a newer epoch appeared while rolling"))
+            self._fs.delete(path)
+            raise self._error  # type: ignore[misc]
+
+    def _seal_active(self) -> None:
+        """Close the active segment and rename it to its sealed name; the log has no active one after."""
+        active, writer = self._active, self._writer
+        assert active is not None and writer is not None
+        sealed = active.name.seal(active.end, active.length)
+        try:
+            self._writer = None
+            writer.close()
+            if active.length == 0:
+                self._fs.delete(active.path)
+            else:
+                self._fs.rename(active.path, self._path(sealed))
+        except FileNotFoundError:
+            self._fail(FencedError(f"{self._dir}: {active.name} was sealed by a newer owner"))
+            raise self._error from None  # type: ignore[misc]
+        except StorageError as exc:
+            self._fail(self._fenced_or(exc))
+            raise self._error from exc  # type: ignore[misc]
+        self._step("roll:sealed-old")
+        with self._lock:
+            self._active = None
+            if active.length > 0:
+                active.name, active.path, active.mtime_ms = sealed, self._path(sealed), int(time.time() * 1000)
+                self._segments.append(active)
+
+    def close(self, *, seal: bool = True) -> None:
+        """Flush and stop writing. With ``seal`` the active segment is sealed, so the next owner needs
+        no lease recovery (graceful hand-off); without it, it stays open for the next takeover to seal."""
+        if self._error is None:
+            self.flush()
+            if seal:
+                self._seal_active()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        if self._error is None:
+            self._error = LogError(f"{self._dir} is closed")
+
+    # ------------------------------------------------------------------ retention
+
+    def enforce_retention(self, now_ms: int | None = None) -> list[str]:
+        """Delete the oldest sealed segments past the retention limits; returns their names."""
+        config = self._config
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        deleted: list[str] = []
+        while True:
+            with self._lock:
+                if not self._segments:
+                    break
+                oldest = self._segments[0]
+                total = sum(s.length for s in self._segments) + (self._active.length if self._active else 0)
+                too_big = config.retention_bytes is not None and total > config.retention_bytes
+                too_old = config.retention_ms is not None and now_ms - oldest.mtime_ms > config.retention_ms
+                if not (too_big or too_old):
+                    break
+                self._segments.pop(0)
+            self._fs.delete(oldest.path)
+            deleted.append(str(oldest.name))
+        return deleted
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, offset: int, max_bytes: int = 1024 * 1024) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch),
+        never past :attr:`durable_offset`. ``offset == durable_offset`` gives ``b""``."""
+        with self._lock:
+            durable = self._durable_offset
+            segments = list(self._segments)
+            active = self._active
+            start = segments[0].base if segments else (active.base if active else durable)
+            if offset == durable:
+                return b""
+            if offset < start or offset > durable:
+                raise OffsetOutOfRangeError(offset, start, durable)
+            if active is not None and offset >= active.base:
+                segment = active
+                length = active.length
+                memory = None if self._fs.reads_open_files else self._active_data
+            else:
+                bases = [s.base for s in segments]
+                segment = segments[bisect.bisect_right(bases, offset) - 1]
+                length = segment.length
+                memory = None
+        if segment.offsets is None:
+            self._build_index(segment)
+        assert segment.offsets is not None
+        slot = bisect.bisect_right(segment.offsets, offset) - 1
+        position = segment.positions[slot] if slot >= 0 else 0
+        return self._read_batches(segment, memory, position, length, offset, max_bytes)
+
+    def _read_range(self, segment: _Segment, memory: _ChunkBuffer | None, position: int, size: int) -> bytes:
+        if memory is not None:
+            return memory.read(position, size)
+        return self._fs.read(segment.path, position, size)
+
+    def _read_batches(
+        self, segment: _Segment, memory: _ChunkBuffer | None, position: int, length: int, offset: int, max_bytes: int
+    ) -> bytes:
+        chunk_size = max_bytes + self._config.index_interval_bytes + 65536
+        buffer = self._read_range(segment, memory, position, min(chunk_size, length - position))
+        cursor = 0
+        first = -1
+        while True:
+            if position + cursor >= length:
+                break
+            try:
+                header = read_header(buffer, cursor)
+            except BatchError:
+                if first >= 0:
+                    break  # the chunk ends inside a batch: what is whole is enough for this read
+                more = self._read_range(
+                    segment, memory, position + len(buffer), min(chunk_size, length - position - len(buffer))
+                )
+                if not more:
+                    raise LogCorruptError(f"{segment.path}: batch at byte {position + cursor} is cut") from None
+                buffer += more
+                continue
+            if header.next_offset <= offset:
+                cursor += header.length
+                continue
+            if first < 0:
+                first = cursor
+            elif cursor + header.length - first > max_bytes:
+                break
+            cursor += header.length
+        return buffer[first:cursor] if first >= 0 else b""
+
+    def _build_index(self, segment: _Segment) -> None:
+        offsets, positions = array("q"), array("q")
+        interval = self._config.index_interval_bytes
+        last = -interval
+        position = 0  # where ``data`` starts in the segment
+        data = b""
+        while position < segment.length:
+            wanted = min(self._config.read_chunk_bytes, segment.length - position - len(data))
+            more = self._fs.read(segment.path, position + len(data), wanted) if wanted > 0 else b""
+            if not more:
+                raise LogCorruptError(f"{segment.path}: unreadable batch at byte {position}")
+            data += more
+            cursor = 0
+            while position + cursor < segment.length:
+                try:
+                    header = read_header(data, cursor)
+                except BatchError:
+                    break
+                if position + cursor - last >= interval:
+                    offsets.append(header.base_offset)
+                    positions.append(position + cursor)
+                    last = position + cursor
+                cursor += header.length
+            position += cursor
+            data = data[cursor:]
+        with self._lock:
+            segment.positions = positions
+            segment.offsets = offsets

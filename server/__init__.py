@@ -1,0 +1,1 @@
+"""The Talos server: FastAPI application, partition ownership, group commit, fetch (see ARCHITECTURE.md)."""

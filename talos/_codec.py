@@ -1,0 +1,293 @@
+"""The record-batch format: the unit on the wire and on disk.
+
+Layout of one batch (big-endian, 53-byte header, then the records)::
+
+    offset  size  field
+    0       8     base_offset       int64, assigned by the partition owner
+    8       4     batch_length      int32, whole batch including this header
+    12      1     magic             int8, currently 1
+    13      4     crc               uint32, CRC32C of bytes [17, batch_length)
+    17      2     flags             int16, bits 0-2 compression (0 = none)
+    19      4     record_count      int32
+    23      8     first_timestamp   int64, milliseconds since the epoch
+    31      8     max_timestamp     int64
+    39      8     producer_id       int64, -1 when not idempotent
+    47      2     producer_epoch    int16
+    49      4     base_sequence     int32
+    53      ...   records
+
+The CRC starts after itself, so neither the base offset nor the length is covered: the owner assigns
+offsets by patching 8 bytes without re-checksumming, and a damaged length makes the CRC run over the
+wrong bytes, which fails. A damaged base offset is caught where offsets are known (the log checks
+that batches are contiguous).
+
+Each record is ``uvarint(body_length) body`` with body::
+
+    zigzag-varint timestamp_delta      (from first_timestamp)
+    zigzag-varint key_length (-1 = no key),   key bytes
+    zigzag-varint value_length (-1 = null),   value bytes
+    uvarint header_count, then per header:
+        uvarint name_length, UTF-8 name, zigzag-varint value_length (-1 = null), value bytes
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import crc32c as _crc32c
+
+from talos._errors import CorruptBatchError, TruncatedBatchError
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAGIC",
+    "BatchHeader",
+    "Record",
+    "RecordData",
+    "crc32c",
+    "decode_records",
+    "encode_batch",
+    "iter_batches",
+    "read_header",
+    "set_base_offset",
+    "verify_batch",
+]
+
+MAGIC = 1
+HEADER_SIZE = 53
+CRC_START = 17
+MAX_BATCH_LENGTH = 2**31 - 1
+
+_HEADER = struct.Struct(">qibIhiqqqhi")
+_BASE_OFFSET = struct.Struct(">q")
+assert _HEADER.size == HEADER_SIZE
+
+Buffer = bytes | bytearray | memoryview
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+def crc32c(data: Buffer) -> int:
+    """CRC32C (Castagnoli), hardware-accelerated where the CPU has it."""
+    return int(_crc32c.crc32c(data))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed header of one batch, as read from a buffer (records not parsed)."""
+
+    base_offset: int
+    length: int
+    magic: int
+    crc: int
+    flags: int
+    record_count: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+    @property
+    def next_offset(self) -> int:
+        """The offset right after this batch's last record."""
+        return self.base_offset + self.record_count
+
+
+@dataclass(frozen=True, slots=True)
+class RecordData:
+    """A record to encode: what a producer sends."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Headers = ()
+    timestamp: int | None = None  # ms since the epoch; None = now
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded record with its place in the partition."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+
+def _put_uvarint(out: bytearray, n: int) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    _put_uvarint(out, (n << 1) ^ (n >> 63))
+
+
+def _put_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _put_varint(out, -1)
+    else:
+        _put_varint(out, len(data))
+        out += data
+
+
+def _get_uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise CorruptBatchError("record runs past the end of the batch")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptBatchError("varint longer than 64 bits")
+
+
+def _get_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    raw, pos = _get_uvarint(buf, pos, end)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _get_bytes(buf: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = _get_varint(buf, pos, end)
+    if length == -1:
+        return None, pos
+    if length < -1 or pos + length > end:
+        raise CorruptBatchError("field length out of bounds")
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def encode_batch(
+    records: Sequence[RecordData],
+    *,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode records into one batch. Records without a timestamp get the current time."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    now = int(time.time() * 1000)
+    stamps = [now if r.timestamp is None else r.timestamp for r in records]
+    first = stamps[0]
+    body = bytearray()
+    record = bytearray()
+    for rec, stamp in zip(records, stamps, strict=True):
+        record.clear()
+        _put_varint(record, stamp - first)
+        _put_bytes(record, rec.key)
+        _put_bytes(record, rec.value)
+        _put_uvarint(record, len(rec.headers))
+        for name, value in rec.headers:
+            encoded = name.encode()
+            _put_uvarint(record, len(encoded))
+            record += encoded
+            _put_bytes(record, value)
+        _put_uvarint(body, len(record))
+        body += record
+    length = HEADER_SIZE + len(body)
+    if length > MAX_BATCH_LENGTH:
+        raise ValueError("batch too large")
+    out = bytearray(HEADER_SIZE) + body
+    _HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        length,
+        MAGIC,
+        0,
+        0,
+        len(records),
+        first,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    )
+    struct.pack_into(">I", out, 13, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos`` and check magic and length against the buffer. No CRC check."""
+    available = len(buf) - pos
+    if available < HEADER_SIZE:
+        raise TruncatedBatchError(f"{available} bytes left, a batch header needs {HEADER_SIZE}")
+    fields = _HEADER.unpack_from(buf, pos)
+    header = BatchHeader(*fields)
+    if header.magic != MAGIC:
+        raise CorruptBatchError(f"unknown magic {header.magic}")
+    if header.length < HEADER_SIZE or header.record_count < 1:
+        raise CorruptBatchError(f"impossible length {header.length} / count {header.record_count}")
+    if header.length > available:
+        raise TruncatedBatchError(f"batch of {header.length} bytes, only {available} present")
+    return header
+
+
+def verify_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos`` and verify the CRC of the whole batch."""
+    header = read_header(buf, pos)
+    actual = crc32c(memoryview(buf)[pos + CRC_START : pos + header.length])
+    if actual != header.crc:
+        raise CorruptBatchError(f"CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+    return header
+
+
+def iter_batches(buf: Buffer, pos: int = 0, *, verify: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` of consecutive batches; raises on the first bad or partial one."""
+    view = memoryview(buf)
+    end = len(view)
+    while pos < end:
+        header = verify_batch(view, pos) if verify else read_header(view, pos)
+        yield pos, header
+        pos += header.length
+
+
+def set_base_offset(buf: bytearray | memoryview, base_offset: int, pos: int = 0) -> None:
+    """Assign the batch at ``pos`` its offsets: patches 8 bytes; the CRC stays valid."""
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def decode_records(buf: Buffer, pos: int = 0, *, verify: bool = True) -> list[Record]:
+    """Decode every record of the batch at ``pos``."""
+    header = verify_batch(buf, pos) if verify else read_header(buf, pos)
+    end = pos + header.length
+    cursor = pos + HEADER_SIZE
+    out: list[Record] = []
+    for index in range(header.record_count):
+        size, cursor = _get_uvarint(buf, cursor, end)
+        record_end = cursor + size
+        if record_end > end:
+            raise CorruptBatchError("record runs past the end of the batch")
+        delta, cursor = _get_varint(buf, cursor, record_end)
+        key, cursor = _get_bytes(buf, cursor, record_end)
+        value, cursor = _get_bytes(buf, cursor, record_end)
+        count, cursor = _get_uvarint(buf, cursor, record_end)
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(count):
+            name_len, cursor = _get_uvarint(buf, cursor, record_end)
+            if cursor + name_len > record_end:
+                raise CorruptBatchError("header name runs past the record")
+            try:
+                name = bytes(buf[cursor : cursor + name_len]).decode()
+            except UnicodeDecodeError as exc:
+                raise CorruptBatchError("header name is not UTF-8") from exc
+            cursor += name_len
+            hvalue, cursor = _get_bytes(buf, cursor, record_end)
+            headers.append((name, hvalue))
+        if cursor != record_end:
+            raise CorruptBatchError("record length does not match its fields")
+        out.append(Record(header.base_offset + index, header.first_timestamp + delta, key, value, tuple(headers)))
+    if cursor != end:
+        raise CorruptBatchError("bytes left after the last record")
+    return out

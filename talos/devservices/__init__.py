@@ -1,0 +1,24 @@
+"""Real ZooKeeper and HDFS as local subprocesses, for development and tests.
+
+Both listen on free loopback ports, are ready when their own health checks answer, and are stopped by
+PID. ``talos dev services`` runs them from the command line; the test suite's fixtures use them too.
+"""
+
+from __future__ import annotations
+
+from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
+from talos.devservices._hdfs import HdfsCluster
+from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._zookeeper import ZooKeeperServer
+
+__all__ = [
+    "HADOOP_VERSION",
+    "HdfsCluster",
+    "ManagedProcess",
+    "ServiceError",
+    "ZooKeeperServer",
+    "cache_dir",
+    "ensure_hadoop",
+    "free_port",
+    "wait_until",
+]

@@ -1,0 +1,77 @@
+"""Shared fixtures: real HDFS and ZooKeeper for the session, and storage on either backend."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fencing import FileSystem, open_storage
+from talos.devservices import HdfsCluster, ZooKeeperServer
+
+ARTIFACTS = Path(os.environ.get("TALOS_TEST_ARTIFACTS", Path(__file__).parent.parent / "test-artifacts"))
+
+
+@pytest.fixture(scope="session")
+def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsCluster]:
+    """A real HDFS 2.7.3 (NameNode + DataNode) for the whole session, stopped by PID at the end."""
+    cluster = HdfsCluster(tmp_path_factory.mktemp("hdfs"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper for the whole session, stopped by PID at the end."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Storage:
+    """A fresh directory on one backend: ``fs`` and ``root`` in-process, ``url`` for other processes."""
+
+    backend: str
+    fs: FileSystem
+    root: str
+    url: str
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture(params=["local", "hdfs"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    if request.param == "local":
+        url = f"file://{tmp_path}/store"
+    else:
+        cluster: HdfsCluster = request.getfixturevalue("hdfs")
+        url = f"{cluster.url}/tests/{os.getpid()}-{next(_counter)}"
+    fs, root = open_storage(url)
+    fs.mkdirs(root)
+    try:
+        yield Storage(request.param, fs, root, url)
+    finally:
+        fs.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("storage") == "hdfs":
+            item.add_marker(pytest.mark.hdfs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from fencing import StorageError, open_storage
@@ -100,10 +102,8 @@ def test_recover_lease_closes_the_file_for_its_writer(storage: Storage) -> None:
             writer.sync()
             assert other.read(path) == b"syncedlate"
     finally:
-        try:
+        with contextlib.suppress(StorageError):
             writer.close()
-        except StorageError:
-            pass
         other.close()
 
 

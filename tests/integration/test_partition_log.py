@@ -1,0 +1,279 @@
+"""Contract of the segment log, on the local disk and on the real HDFS."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fencing import (
+    DirectoryEpochSource,
+    FencedError,
+    LogConfig,
+    LogError,
+    OffsetOutOfRangeError,
+    PartitionLog,
+    SegmentName,
+    highest_epoch,
+)
+from talos import RecordData, encode_batch
+from tests.conftest import Storage
+from tests.helpers import decoded, read_all
+
+
+def batch(*values: bytes) -> bytes:
+    return encode_batch([RecordData(v) for v in values])
+
+
+def open_log(storage: Storage, name: str = "p", **config: int | None) -> PartitionLog:
+    directory = storage.path(name)
+    return PartitionLog.open(
+        storage.fs, directory, DirectoryEpochSource(storage.fs, directory), config=LogConfig(**config)
+    )  # type: ignore[arg-type]
+
+
+def segment_names(storage: Storage, name: str = "p") -> list[SegmentName]:
+    names = (SegmentName.parse(i.name) for i in storage.fs.list(storage.path(name)))
+    return sorted((n for n in names if n is not None), key=lambda n: (n.base, n.epoch))
+
+
+def test_append_assigns_contiguous_offsets_and_flush_makes_them_readable(storage: Storage) -> None:
+    plog = open_log(storage)
+    assert (plog.start_offset, plog.durable_offset, plog.next_offset) == (0, 0, 0)
+    assert plog.append(batch(b"a", b"b")) == (0, 2)
+    assert plog.append(batch(b"c")) == (2, 3)
+    assert plog.durable_offset == 0
+    assert plog.read(0) == b""  # nothing durable yet: reads stop at the durable offset
+    assert plog.flush() == 3
+    assert read_all(plog) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    plog.close()
+
+
+def test_one_flush_covers_many_appends_in_one_write(storage: Storage) -> None:
+    plog = open_log(storage)
+    for i in range(100):
+        plog.append(batch(str(i).encode()))
+    assert plog.flush() == 100
+    assert [v for _, v in read_all(plog)] == [str(i).encode() for i in range(100)]
+    # All one flush: a single segment, one contiguous run of batches
+    assert len(segment_names(storage)) == 1
+    plog.close()
+
+
+def test_read_from_any_offset_returns_the_batch_holding_it(storage: Storage) -> None:
+    plog = open_log(storage, segment_bytes=600, index_interval_bytes=200)
+    for i in range(0, 60, 3):
+        plog.append(batch(*(str(j).encode() * 20 for j in range(i, i + 3))))
+        plog.flush()
+    assert len(segment_names(storage)) > 3
+    for offset in range(60):
+        got = decoded(plog.read(offset, 300))
+        assert got[0][0] <= offset < got[0][0] + 3
+        assert [o for o, _ in got] == list(range(got[0][0], got[0][0] + len(got)))
+    plog.close()
+
+
+def test_max_bytes_limits_a_read_but_always_returns_one_batch(storage: Storage) -> None:
+    plog = open_log(storage)
+    big = batch(b"x" * 5000)
+    for _ in range(10):
+        plog.append(big)
+    plog.flush()
+    assert len(plog.read(0, 10)) == len(big)
+    assert len(plog.read(0, 3 * len(big))) == 3 * len(big)
+    assert len(plog.read(0, 3 * len(big) - 1)) == 2 * len(big)
+    plog.close()
+
+
+def test_out_of_range_reads(storage: Storage) -> None:
+    plog = open_log(storage)
+    plog.append(batch(b"a"))
+    plog.flush()
+    with pytest.raises(OffsetOutOfRangeError) as info:
+        plog.read(5)
+    assert (info.value.earliest, info.value.latest) == (0, 1)
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.read(-1)
+    assert plog.read(1) == b""
+    plog.close()
+
+
+def test_roll_by_size_and_reopen_keeps_everything(storage: Storage) -> None:
+    plog = open_log(storage, segment_bytes=500)
+    expected = []
+    for i in range(40):
+        plog.append(batch(f"m{i}".encode() * 5))
+        plog.flush()
+        expected.append((i, f"m{i}".encode() * 5))
+    names = segment_names(storage)
+    assert sum(n.sealed for n in names) >= 4
+    assert sum(not n.sealed for n in names) == 1
+    plog.close()
+    reopened = open_log(storage, segment_bytes=500)
+    assert reopened.epoch == 2
+    assert read_all(reopened) == expected
+    assert reopened.append(batch(b"next")) == (40, 41)
+    reopened.flush()
+    reopened.close()
+
+
+def test_roll_by_age(storage: Storage) -> None:
+    plog = open_log(storage, segment_ms=50)
+    plog.append(batch(b"a"))
+    plog.flush()
+    time.sleep(0.1)
+    plog.maybe_roll()
+    names = segment_names(storage)
+    assert [n.sealed for n in names] == [True, False]
+    assert names[0].end == 1
+    plog.close()
+
+
+def test_takeover_after_a_crash_without_close(storage: Storage) -> None:
+    crashed = open_log(storage)
+    for i in range(5):
+        crashed.append(batch(f"{i}".encode()))
+        crashed.flush()
+    crashed.append(batch(b"never flushed"))
+    # the process dies here: no close, no seal; on HDFS its lease is still held
+    heir = open_log(storage)
+    assert heir.recovery is not None
+    assert heir.recovery.sealed
+    assert read_all(heir) == [(i, str(i).encode()) for i in range(5)]
+    assert heir.append(batch(b"5")) == (5, 6)
+    heir.flush()
+    with pytest.raises(FencedError):
+        crashed.flush()
+    heir.close()
+
+
+def test_old_owner_is_fenced_after_takeover(storage: Storage) -> None:
+    old = open_log(storage)
+    old.append(batch(b"acked"))
+    old.flush()
+    new = open_log(storage)
+    old.append(batch(b"late"))
+    with pytest.raises(FencedError):
+        old.flush()
+    assert isinstance(old.failed, FencedError)
+    with pytest.raises(FencedError):
+        old.append(batch(b"later"))
+    new.append(batch(b"new"))
+    new.flush()
+    assert read_all(new) == [(0, b"acked"), (1, b"new")]
+    new.close()
+
+
+@pytest.mark.parametrize("step", ["roll:sealed-old", "roll:created-new"])
+def test_takeover_while_the_old_owner_rolls(storage: Storage, step: str) -> None:
+    """The new owner takes over at the worst moment of the old owner's roll; the old one must notice."""
+    directory = storage.path("p")
+    heirs: list[PartitionLog] = []
+
+    def take_over_now(name: str) -> None:
+        if name == step and not heirs:
+            heirs.append(PartitionLog.open(storage.fs, directory, DirectoryEpochSource(storage.fs, directory)))
+
+    old = PartitionLog.open(storage.fs, directory, DirectoryEpochSource(storage.fs, directory),
+                            config=LogConfig(segment_bytes=1), hook=take_over_now)  # fmt: skip
+    old.append(batch(b"first"))
+    with pytest.raises(FencedError):
+        old.flush()  # the data was synced; the roll that follows finds the newer epoch
+    heir = heirs[0]
+    assert read_all(heir) == [(0, b"first")]
+    heir.append(batch(b"second"))
+    heir.flush()
+    assert read_all(heir) == [(0, b"first"), (1, b"second")]
+    open_segments = [n for n in segment_names(storage) if not n.sealed]
+    assert [n.epoch for n in open_segments] == [heir.epoch]
+    heir.close()
+
+
+def test_stale_epoch_cannot_take_over(storage: Storage) -> None:
+    directory = storage.path("p")
+    first = open_log(storage)
+
+    class Stale:
+        def next_epoch(self) -> int:
+            return 1
+
+    with pytest.raises(FencedError):
+        PartitionLog.open(storage.fs, directory, Stale())
+    assert highest_epoch(storage.fs, directory) == 1
+    first.close()
+
+
+def test_graceful_close_seals_so_the_next_owner_recovers_nothing(storage: Storage) -> None:
+    plog = open_log(storage)
+    plog.append(batch(b"a"))
+    plog.close()
+    assert all(n.sealed for n in segment_names(storage))
+    with pytest.raises(LogError):
+        plog.append(batch(b"b"))
+    heir = open_log(storage)
+    assert heir.recovery is not None
+    assert heir.recovery.sealed == []
+    assert read_all(heir) == [(0, b"a")]
+    heir.close()
+
+
+def test_retention_by_bytes_deletes_only_whole_sealed_segments(storage: Storage) -> None:
+    plog = open_log(storage, segment_bytes=400, retention_bytes=1000)
+    for i in range(30):
+        plog.append(batch(f"{i:03d}".encode() * 10))
+        plog.flush()
+    before = segment_names(storage)
+    deleted = plog.enforce_retention()
+    after = segment_names(storage)
+    assert deleted
+    assert [str(n) for n in before[: len(deleted)]] == deleted  # the oldest, in order
+    assert all(SegmentName.parse(d) is not None and SegmentName.parse(d).sealed for d in deleted)  # type: ignore[union-attr]
+    assert not after[-1].sealed  # the active segment stays
+    assert plog.size_bytes <= 1000
+    assert plog.start_offset == after[0].base
+    with pytest.raises(OffsetOutOfRangeError):
+        plog.read(0)
+    tail = read_all(plog)
+    assert tail[-1] == (29, b"029" * 10)
+    assert [o for o, _ in tail] == list(range(plog.start_offset, 30))
+    plog.close()
+
+
+def test_retention_by_time(storage: Storage) -> None:
+    plog = open_log(storage, segment_bytes=200, retention_ms=60_000)
+    for i in range(10):
+        plog.append(batch(f"{i}".encode() * 50))
+        plog.flush()
+    sealed = [n for n in segment_names(storage) if n.sealed]
+    assert plog.enforce_retention() == []  # all young
+    deleted = plog.enforce_retention(now_ms=int(time.time() * 1000) + 120_000)
+    assert deleted == [str(n) for n in sealed]
+    assert plog.start_offset == 10
+    plog.append(batch(b"after"))
+    plog.flush()
+    assert read_all(plog) == [(10, b"after")]
+    plog.close()
+    heir = open_log(storage)
+    assert heir.start_offset == 10
+    assert heir.next_offset == 11
+    heir.close()
+
+
+def test_restart_with_an_empty_active_segment_keeps_the_next_offset(storage: Storage) -> None:
+    plog = open_log(storage, retention_ms=0)
+    plog.append(batch(b"a", b"b"))
+    plog.flush()
+    plog.roll()
+    time.sleep(0.01)
+    plog.enforce_retention()
+    assert plog.start_offset == 2
+    # crash with an empty active segment, twice
+    second = open_log(storage)
+    third = open_log(storage)
+    assert third.next_offset == 2
+    assert third.append(batch(b"c")) == (2, 3)
+    third.flush()
+    with pytest.raises(FencedError):
+        second.append(batch(b"x"))
+        second.flush()
+    third.close()

@@ -1,0 +1,140 @@
+"""Split brain between two OS processes, on the local disk and on the real HDFS.
+
+Writer A appends and acknowledges in a loop; at a random moment B takes the partition over (new epoch,
+lease recovery / seal, new segment) while A keeps going. Every acknowledged write of A must be in what
+B reads, byte for byte; A must report it was fenced and acknowledge nothing that started after B's
+takeover; nothing of A follows B's first batch; offsets stay contiguous.
+
+Rounds cycle through five kinds: A held right after it sealed its old segment in a roll, held right
+after it created the new one, held right after a sync (before its fencing check) — B takes over while
+A is held there —, and two kinds of random timing (small segments with pauses inside every roll, and
+large segments with small random pauses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from talos import decode_records, read_header
+from tests.conftest import Storage
+
+ROUNDS = int(os.environ.get("TALOS_SPLIT_BRAIN_ROUNDS", "50"))
+WORKER = [sys.executable, str(Path(__file__).with_name("race_worker.py"))]
+ROOT = str(Path(__file__).parents[2])
+HOLD_STEPS = ["roll:sealed-old", "roll:created-new", "flush:synced", "random-rolling", "random-large"]
+
+
+class Worker:
+    """A worker process whose JSON lines are collected by a thread."""
+
+    def __init__(self, args: list[str]) -> None:
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        self.process = subprocess.Popen([*WORKER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.events.append(json.loads(line))
+
+    def wait_for(self, kind: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events:
+                if event["event"] == kind:
+                    return event
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.005)
+        raise AssertionError(f"no {kind!r} from worker: {self.events[-3:]}\n{self.stderr()}")
+
+    def finish(self, timeout: float) -> None:
+        try:
+            self.process.wait(timeout)
+        finally:
+            self.stop()
+        self._reader.join(5)
+
+    def stderr(self) -> str:
+        if self.process.poll() is None or self.process.stderr is None:
+            return ""
+        return self.process.stderr.read().decode(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_split_brain_round(storage: Storage, round_: int, tmp_path: Path) -> None:
+    rng = random.Random(round_)
+    kind = HOLD_STEPS[round_ % 5]
+    rolling = kind != "random-large"
+    release = tmp_path / "release"
+    writer_args = [
+        "writer", "--url", storage.url, "--dir", "p", "--seed", str(round_),
+        "--segment-bytes", str(rng.randint(3000, 12000) if rolling else 1 << 20),
+        "--pause-ms", str(rng.choice([0, 2, 10]) if not rolling else rng.choice([30, 80])),
+        "--pause-chance", "0.1", "--roll-pause-chance", "0.8" if rolling else "0.1",
+    ]  # fmt: skip
+    if kind.startswith(("roll:", "flush:")):
+        writer_args += ["--hold-at", kind, "--hold-after", str(rng.randint(1, 4)), "--release-file", str(release)]
+    a = Worker(writer_args)
+    try:
+        a.wait_for("ready", timeout=60)
+        if kind.startswith(("roll:", "flush:")):
+            a.wait_for("holding", timeout=60)
+        else:
+            time.sleep(rng.uniform(0.0, 0.4))
+        b = Worker(["taker", "--url", storage.url, "--dir", "p"])
+        try:
+            took = b.wait_for("took-over", timeout=120)
+            b.finish(timeout=60)
+            release.touch()
+        finally:
+            b.stop()
+        a.finish(timeout=60)
+    finally:
+        a.stop()
+
+    ends = [e for e in a.events if e["event"] in ("fenced", "error", "timeout")]
+    assert [e["event"] for e in ends] == ["fenced"], f"A did not report being fenced: {ends}"
+    acks = [e for e in a.events if e["event"] == "ack"]
+
+    stored = {base: bytes.fromhex(raw) for base, raw in took["batches"]}
+    # Contiguous offsets from 0 across everything B can read.
+    expected = 0
+    for base in sorted(stored):
+        assert base == expected, f"gap or overlap at offset {base} (expected {expected})"
+        expected = read_header(stored[base]).next_offset
+
+    # Every acknowledged batch of A is there, byte for byte, and before B's first batch.
+    for ack in acks:
+        assert stored.get(ack["base"]) == bytes.fromhex(ack["hex"]), f"acknowledged batch at {ack['base']} lost"
+        assert ack["next"] <= took["first"]
+    assert [a["base"] for a in acks] == sorted(a["base"] for a in acks)
+
+    # A acknowledged nothing it started after B's takeover was complete.
+    late = [ack["base"] for ack in acks if ack["t0"] > took["t_done"]]
+    assert not late, f"A acknowledged writes started after the takeover: {late}"
+
+    # Nothing of A follows B's first batch; everything from there on is B's.
+    for base, data in stored.items():
+        first_value = decode_records(data)[0].value or b""
+        owner = "B" if base >= took["first"] else "A"
+        assert first_value.startswith(owner.encode()), f"offset {base}: {first_value[:10]!r} in {owner}'s range"
+    assert sum(base >= took["first"] for base in stored) == 3

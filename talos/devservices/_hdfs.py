@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import urllib.request
 from pathlib import Path
 
@@ -123,6 +124,10 @@ class HdfsCluster:
                 if process is None:
                     raise ServiceError("HDFS is not started")
                 process.check_alive()
+            # After a DataNode restart the NameNode still counts the old registration as live for a
+            # while: the new DataNode must also be accepting block transfers.
+            with socket.create_connection(("127.0.0.1", self.datanode_port), timeout=1):
+                pass
             return self.live_datanodes() >= 1
 
         wait_until(ready, timeout=timeout, what=f"HDFS at {self.url} with a live DataNode", interval=0.25)

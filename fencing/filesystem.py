@@ -9,14 +9,33 @@ strings inside the filesystem. Missing paths raise :class:`FileNotFoundError`, e
 from __future__ import annotations
 
 import abc
+import contextlib
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlparse
 
-__all__ = ["FileInfo", "FileSystem", "WritableFile", "open_storage"]
+from fencing.errors import StorageError
+
+__all__ = ["FileInfo", "FileSystem", "WritableFile", "open_storage", "storage_errors"]
 
 Buffer = bytes | bytearray | memoryview
+
+
+@contextlib.contextmanager
+def storage_errors(what: str, path: str) -> Iterator[None]:
+    """Let missing/existing-path errors through (naming ``path`` only); any other failure of the
+    storage (a full disk, an I/O error, a lost connection) becomes :class:`StorageError`."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise FileNotFoundError(path) from None
+    except FileExistsError:
+        raise FileExistsError(path) from None
+    except (OSError, RuntimeError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StorageError(f"{what} {path}: {detail}") from exc
 
 
 @dataclass(frozen=True, slots=True)

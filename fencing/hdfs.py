@@ -8,13 +8,9 @@ import time
 import hdfs_native
 
 from fencing.errors import StorageError
-from fencing.filesystem import Buffer, FileInfo, FileSystem
+from fencing.filesystem import Buffer, FileInfo, FileSystem, storage_errors
 
 __all__ = ["HdfsFileSystem"]
-
-
-def _storage_error(what: str, exc: Exception) -> StorageError:
-    return StorageError(f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
 
 class HdfsFile:
@@ -28,25 +24,20 @@ class HdfsFile:
         return self._path
 
     def write(self, data: Buffer) -> None:
-        try:
+        with storage_errors("write to", self._path):
             self._writer.write(data)
-        except (RuntimeError, OSError) as exc:
-            raise _storage_error(f"write to {self._path}", exc) from exc
 
     def sync(self) -> None:
-        try:
+        # Fails with DataTransferError once another client recovered the lease: that fences this writer.
+        with storage_errors("hsync of", self._path):
             self._writer.hsync()
-        except (RuntimeError, OSError) as exc:  # DataTransferError once another client recovered the lease
-            raise _storage_error(f"hsync of {self._path}", exc) from exc
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        try:
+        with storage_errors("close of", self._path):
             self._writer.close()
-        except (RuntimeError, OSError) as exc:
-            raise _storage_error(f"close of {self._path}", exc) from exc
 
     def still_linked(self) -> bool:
         return True  # the lease fences this writer; no path check needed
@@ -62,38 +53,23 @@ class HdfsFileSystem(FileSystem):
 
     def create(self, path: str) -> HdfsFile:
         options = hdfs_native.WriteOptions(create_parent=True, overwrite=False)
-        try:
+        with storage_errors("create", path):
             return HdfsFile(path, self._client.create(path, options))
-        except FileExistsError:
-            raise FileExistsError(path) from None
-        except RuntimeError as exc:
-            raise _storage_error(f"create {path}", exc) from exc
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
-        try:
-            with self._client.read(path) as reader:
-                size = len(reader)
-                if length < 0 or offset + length > size:
-                    length = max(size - offset, 0)
-                return bytes(reader.read_range(offset, length)) if length else b""
-        except FileNotFoundError:
-            raise FileNotFoundError(path) from None
-        except RuntimeError as exc:
-            raise _storage_error(f"read {path}", exc) from exc
+        with storage_errors("read", path), self._client.read(path) as reader:
+            size = len(reader)
+            if length < 0 or offset + length > size:
+                length = max(size - offset, 0)
+            return bytes(reader.read_range(offset, length)) if length else b""
 
     def size(self, path: str) -> int:
-        try:
+        with storage_errors("stat", path):
             return int(self._client.get_file_info(path).length)
-        except FileNotFoundError:
-            raise FileNotFoundError(path) from None
 
     def list(self, path: str) -> list[FileInfo]:
-        try:
+        with storage_errors("list", path):
             statuses = list(self._client.list_status(path))
-        except FileNotFoundError:
-            raise FileNotFoundError(path) from None
-        except RuntimeError as exc:
-            raise _storage_error(f"list {path}", exc) from exc
         out = [FileInfo(posixpath.basename(s.path), s.length, s.isdir, s.modification_time) for s in statuses]
         return sorted(out, key=lambda info: info.name)
 
@@ -104,26 +80,24 @@ class HdfsFileSystem(FileSystem):
             raise FileExistsError(dst) from None
         except FileNotFoundError:
             raise FileNotFoundError(src) from None
-        except RuntimeError as exc:
-            raise _storage_error(f"rename {src} -> {dst}", exc) from exc
+        except (OSError, RuntimeError) as exc:
+            raise StorageError(f"rename {src} -> {dst}: {str(exc).splitlines()[0]}") from exc
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
         try:
-            return bool(self._client.delete(path, recursive))
+            with storage_errors("delete", path):
+                return bool(self._client.delete(path, recursive))
         except FileNotFoundError:
             return False
-        except RuntimeError as exc:
-            raise _storage_error(f"delete {path}", exc) from exc
 
     def mkdirs(self, path: str) -> None:
-        try:
+        with storage_errors("mkdirs", path):
             self._client.mkdirs(path, 0o755, True)
-        except RuntimeError as exc:
-            raise _storage_error(f"mkdirs {path}", exc) from exc
 
     def exists(self, path: str) -> bool:
         try:
-            self._client.get_file_info(path)
+            with storage_errors("stat", path):
+                self._client.get_file_info(path)
         except FileNotFoundError:
             return False
         return True
@@ -132,13 +106,9 @@ class HdfsFileSystem(FileSystem):
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
-            try:
+            with storage_errors("recover lease of", path):
                 if self._client.recover_lease(path):
                     return
-            except FileNotFoundError:
-                raise FileNotFoundError(path) from None
-            except RuntimeError as exc:
-                raise _storage_error(f"recover lease of {path}", exc) from exc
             if time.monotonic() > deadline:
                 raise StorageError(f"lease of {path} not recovered within {timeout:.0f}s")
             time.sleep(delay)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import shutil
 
 from fencing.errors import StorageError
-from fencing.filesystem import Buffer, FileInfo, FileSystem
+from fencing.filesystem import Buffer, FileInfo, FileSystem, storage_errors
 
 __all__ = ["LocalFileSystem"]
 
@@ -51,17 +52,20 @@ class LocalFile:
 
     def write(self, data: Buffer) -> None:
         view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        with storage_errors("write to", self._path):  # ENOSPC, EFBIG, EIO: the log stops writing
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
 
     def sync(self) -> None:
-        os.fdatasync(self._fd)
+        with storage_errors("fdatasync of", self._path):
+            os.fdatasync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            with storage_errors("close of", self._path):
+                os.close(fd)
 
     def still_linked(self) -> bool:
         try:
@@ -78,15 +82,21 @@ class LocalFileSystem(FileSystem):
     def create(self, path: str) -> LocalFile:
         parent = os.path.dirname(path)
         self.mkdirs(parent)
-        handle = LocalFile(path)
-        try:
-            _fsync_dir(parent)
-        except OSError as exc:
-            handle.close()
-            raise StorageError(f"sync of {parent} failed: {exc}") from exc
+        with storage_errors("create", path):
+            handle = LocalFile(path)
+            try:
+                _fsync_dir(parent)
+            except OSError:
+                handle.close()
+                raise
         return handle
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
+        with storage_errors("read", path):
+            return self._read(path, offset, length)
+
+    @staticmethod
+    def _read(path: str, offset: int, length: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             if length < 0:
@@ -104,11 +114,12 @@ class LocalFileSystem(FileSystem):
             os.close(fd)
 
     def size(self, path: str) -> int:
-        return os.stat(path).st_size
+        with storage_errors("stat", path):
+            return os.stat(path).st_size
 
     def list(self, path: str) -> list[FileInfo]:
         out = []
-        with os.scandir(path) as entries:
+        with storage_errors("list", path), os.scandir(path) as entries:
             for entry in entries:
                 try:
                     stat = entry.stat()
@@ -119,36 +130,45 @@ class LocalFileSystem(FileSystem):
         return sorted(out, key=lambda info: info.name)
 
     def rename(self, src: str, dst: str) -> None:
-        _rename_noreplace(src, dst)
-        _fsync_dir(os.path.dirname(dst))
-        if os.path.dirname(src) != os.path.dirname(dst):
-            _fsync_dir(os.path.dirname(src))
+        try:
+            _rename_noreplace(src, dst)
+        except FileNotFoundError:
+            raise FileNotFoundError(src) from None
+        except FileExistsError:
+            raise FileExistsError(dst) from None
+        except OSError as exc:
+            raise StorageError(f"rename {src} -> {dst}: {exc}") from exc
+        with storage_errors("rename to", dst):
+            _fsync_dir(os.path.dirname(dst))
+            if os.path.dirname(src) != os.path.dirname(dst):
+                _fsync_dir(os.path.dirname(src))
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
         try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                if recursive:
-                    import shutil
-
-                    shutil.rmtree(path)
+            with storage_errors("delete", path):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    if recursive:
+                        shutil.rmtree(path)
+                    else:
+                        os.rmdir(path)
                 else:
-                    os.rmdir(path)
-            else:
-                os.unlink(path)
+                    os.unlink(path)
         except FileNotFoundError:
             return False
-        _fsync_dir(os.path.dirname(path))
+        with storage_errors("delete", path):
+            _fsync_dir(os.path.dirname(path))
         return True
 
     def mkdirs(self, path: str) -> None:
         if os.path.isdir(path):
             return
         self.mkdirs(os.path.dirname(path))
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            return
-        _fsync_dir(os.path.dirname(path))
+        with storage_errors("mkdir", path):
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                return
+            _fsync_dir(os.path.dirname(path))
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

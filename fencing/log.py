@@ -33,7 +33,7 @@ from fencing.epochs import EpochSource, highest_epoch
 from fencing.errors import FencedError, LogCorruptError, LogError, OffsetOutOfRangeError, StorageError
 from fencing.filesystem import Buffer, FileSystem, WritableFile
 from fencing.segments import EPOCH_DIR, SegmentName, epoch_marker_name
-from talos import BatchError, BatchHeader, iter_batches, read_header, set_base_offset, verify_batch
+from talos import BatchError, BatchHeader, CorruptBatchError, iter_batches, read_header, set_base_offset, verify_batch
 
 __all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "scan_valid_prefix"]
 
@@ -317,11 +317,12 @@ class PartitionLog:
         """Assign offsets to one encoded batch and queue it for the next :meth:`flush`.
 
         Returns ``(base_offset, next_offset)``. Nothing is durable (or readable) before the flush.
+        A damaged batch raises :class:`talos.BatchError` and changes nothing.
         """
         self._check()
         header: BatchHeader = verify_batch(batch) if verify else read_header(batch)
         if header.length != len(batch):
-            raise LogCorruptError(f"buffer holds {len(batch)} bytes, the batch says {header.length}")
+            raise CorruptBatchError(f"buffer holds {len(batch)} bytes, the batch says {header.length}")
         copy = bytearray(batch)
         base = self._next_offset
         set_base_offset(copy, base)

@@ -11,6 +11,8 @@ import argparse
 import json
 import os
 import random
+import resource
+import signal
 import sys
 import time
 
@@ -24,6 +26,10 @@ def emit(**event: object) -> None:
 
 
 def writer(args: argparse.Namespace) -> None:
+    if args.file_size_limit:
+        # Files cannot grow past the limit: writes fail as on a full disk (EFBIG instead of ENOSPC).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (args.file_size_limit, resource.RLIM_INFINITY))
     rng = random.Random(args.seed)
     fs, root = open_storage(args.url)
     directory = f"{root}/{args.dir}"
@@ -116,6 +122,7 @@ def main() -> None:
     parser.add_argument("--hold-at", default="", help="protocol step at which to stop and wait")
     parser.add_argument("--hold-after", type=int, default=1, help="stop at the n-th time the step comes")
     parser.add_argument("--release-file", default="", help="go on once this file exists")
+    parser.add_argument("--file-size-limit", type=int, default=0, help="RLIMIT_FSIZE in bytes (a full disk)")
     parser.add_argument("--deadline", type=float, default=60.0)
     args = parser.parse_args()
     writer(args) if args.role == "writer" else taker(args)

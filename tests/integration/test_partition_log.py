@@ -16,7 +16,7 @@ from fencing import (
     SegmentName,
     highest_epoch,
 )
-from talos import RecordData, encode_batch
+from talos import CorruptBatchError, RecordData, TruncatedBatchError, encode_batch
 from tests.conftest import Storage
 from tests.helpers import decoded, read_all
 
@@ -46,6 +46,24 @@ def test_append_assigns_contiguous_offsets_and_flush_makes_them_readable(storage
     assert plog.read(0) == b""  # nothing durable yet: reads stop at the durable offset
     assert plog.flush() == 3
     assert read_all(plog) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    plog.close()
+
+
+def test_damaged_batches_are_refused_and_change_nothing(storage: Storage) -> None:
+    plog = open_log(storage)
+    good = batch(b"a")
+    damaged = bytearray(good)
+    damaged[-1] ^= 1
+    with pytest.raises(CorruptBatchError):
+        plog.append(damaged)
+    with pytest.raises(CorruptBatchError):
+        plog.append(good + b"extra")
+    with pytest.raises(TruncatedBatchError):
+        plog.append(good[:-1])
+    assert plog.next_offset == 0
+    assert plog.append(good) == (0, 1)
+    plog.flush()
+    assert read_all(plog) == [(0, b"a")]
     plog.close()
 
 

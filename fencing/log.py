@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import logging
 import posixpath
 import threading
@@ -317,13 +318,14 @@ class PartitionLog:
         """Assign offsets to one encoded batch and queue it for the next :meth:`flush`.
 
         Returns ``(base_offset, next_offset)``. Nothing is durable (or readable) before the flush.
-        A damaged batch raises :class:`talos.BatchError` and changes nothing.
+        A damaged batch raises :class:`talos.BatchError` and changes nothing. A ``bytearray`` is taken
+        over: its base offset is patched in place and the caller must not change it afterwards.
         """
         self._check()
         header: BatchHeader = verify_batch(batch) if verify else read_header(batch)
         if header.length != len(batch):
             raise CorruptBatchError(f"buffer holds {len(batch)} bytes, the batch says {header.length}")
-        copy = bytearray(batch)
+        copy = batch if isinstance(batch, bytearray) else bytearray(batch)
         base = self._next_offset
         set_base_offset(copy, base)
         self._pending.append(copy)
@@ -467,6 +469,9 @@ class PartitionLog:
             self._error = LogError(f"{self._dir} is closed")
 
     # ------------------------------------------------------------------ retention
+
+    def set_retention(self, *, retention_ms: int | None, retention_bytes: int | None) -> None:
+        self._config = dataclasses.replace(self._config, retention_ms=retention_ms, retention_bytes=retention_bytes)
 
     def enforce_retention(self, now_ms: int | None = None) -> list[str]:
         """Delete the oldest sealed segments past the retention limits; returns their names."""

@@ -1,10 +1,14 @@
 """Talos: a message queue with compute separated from storage.
 
-The public SDK. Implementation lives in private modules; everything a user needs is re-exported here.
+The public SDK. Implementation lives in private modules; everything a user needs is re-exported here::
+
+    from talos import Admin, Producer, Consumer            # and AsyncAdmin, AsyncProducer, AsyncConsumer
 """
 
 from __future__ import annotations
 
+from talos._accumulator import RecordMetadata
+from talos._admin import DEFAULT_URL, Admin, AsyncAdmin, PartitionInfo, TopicInfo
 from talos._codec import (
     HEADER_SIZE,
     BatchHeader,
@@ -18,25 +22,70 @@ from talos._codec import (
     set_base_offset,
     verify_batch,
 )
-from talos._errors import BatchError, CorruptBatchError, TalosError, TruncatedBatchError
+from talos._consumer import AsyncConsumer, Consumer, Message
+from talos._errors import (
+    ApiError,
+    BatchError,
+    ConflictError,
+    CorruptBatchError,
+    InvalidRequestError,
+    NotFoundError,
+    OffsetOutOfRangeError,
+    QuotaExceededError,
+    TalosError,
+    TransportError,
+    TruncatedBatchError,
+    UnavailableError,
+)
+from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
+from talos._producer import AsyncProducer, Producer, ProducerClosedError
+from talos._transport import AiohttpTransport, FunctionTransport, Response, Urllib3Transport
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_URL",
     "HEADER_SIZE",
+    "SLOTS",
+    "Admin",
+    "AiohttpTransport",
+    "ApiError",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
     "BatchError",
     "BatchHeader",
+    "ConflictError",
+    "Consumer",
     "CorruptBatchError",
+    "FunctionTransport",
+    "InvalidRequestError",
+    "Message",
+    "NotFoundError",
+    "OffsetOutOfRangeError",
+    "PartitionInfo",
+    "Producer",
+    "ProducerClosedError",
+    "QuotaExceededError",
     "Record",
     "RecordData",
+    "RecordMetadata",
+    "Response",
     "TalosError",
+    "TopicInfo",
+    "TransportError",
     "TruncatedBatchError",
+    "UnavailableError",
+    "Urllib3Transport",
     "__version__",
     "crc32c",
     "decode_records",
     "encode_batch",
     "iter_batches",
+    "partition_for_key",
     "read_header",
     "set_base_offset",
+    "slot_for_key",
+    "slot_range",
     "verify_batch",
 ]

@@ -3,14 +3,36 @@
 Tree::
 
     TalosError
-     └── BatchError                 a record batch cannot be used
-          ├── CorruptBatchError     bad magic, CRC mismatch, impossible lengths or fields
-          └── TruncatedBatchError   the buffer ends inside the batch (a torn write)
+     ├── BatchError                   a record batch cannot be used
+     │    ├── CorruptBatchError       bad magic, CRC mismatch, impossible lengths or fields
+     │    └── TruncatedBatchError     the buffer ends inside the batch (a torn write)
+     ├── TransportError               the server could not be reached or did not answer in time (retriable)
+     └── ApiError                     the server answered with an error: .status .code .message .retriable
+          ├── InvalidRequestError     400, 413: fix the request
+          ├── NotFoundError           404: unknown topic or partition
+          ├── ConflictError           409: e.g. the topic exists
+          ├── OffsetOutOfRangeError   416: .earliest .latest
+          ├── QuotaExceededError      429: .retry_after seconds
+          └── UnavailableError        421, 500, 503: partition moving, storage failing (retriable)
 """
 
 from __future__ import annotations
 
-__all__ = ["BatchError", "CorruptBatchError", "TalosError", "TruncatedBatchError"]
+__all__ = [
+    "ApiError",
+    "BatchError",
+    "ConflictError",
+    "CorruptBatchError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "OffsetOutOfRangeError",
+    "QuotaExceededError",
+    "TalosError",
+    "TransportError",
+    "TruncatedBatchError",
+    "UnavailableError",
+    "api_error",
+]
 
 
 class TalosError(Exception):
@@ -27,3 +49,96 @@ class CorruptBatchError(BatchError):
 
 class TruncatedBatchError(BatchError):
     """The buffer ends inside the batch, as after a torn write."""
+
+
+class TransportError(TalosError):
+    """The server could not be reached, or did not answer in time. Retriable."""
+
+    retriable = True
+
+
+class ApiError(TalosError):
+    """The server answered with an error."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        retriable: bool = False,
+        details: dict[str, object] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retriable = retriable
+        self.details = details or {}
+        self.retry_after = retry_after
+
+
+class InvalidRequestError(ApiError):
+    """400 or 413: the request is wrong and will stay wrong."""
+
+
+class NotFoundError(ApiError):
+    """404: unknown topic or partition."""
+
+
+class ConflictError(ApiError):
+    """409: the change conflicts with what exists (e.g. the topic exists)."""
+
+
+class OffsetOutOfRangeError(ApiError):
+    """416: the offset is outside the partition's ``[earliest, latest]``."""
+
+    @property
+    def earliest(self) -> int:
+        return int(str(self.details.get("earliest", 0)))
+
+    @property
+    def latest(self) -> int:
+        return int(str(self.details.get("latest", 0)))
+
+
+class QuotaExceededError(ApiError):
+    """429: over quota; retry after :attr:`retry_after` seconds."""
+
+
+class UnavailableError(ApiError):
+    """421, 500, 503: the partition is moving or the storage is failing. Retriable."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: InvalidRequestError,
+    413: InvalidRequestError,
+    404: NotFoundError,
+    409: ConflictError,
+    416: OffsetOutOfRangeError,
+    429: QuotaExceededError,
+    421: UnavailableError,
+    500: UnavailableError,
+    502: UnavailableError,
+    503: UnavailableError,
+    504: UnavailableError,
+}
+
+
+def api_error(status: int, body: dict[str, object] | None, retry_after: float | None = None) -> ApiError:
+    """The exception for an error response (``{"error": {"code", "message", "retriable", ...}}``)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        error = {"code": f"HTTP_{status}", "message": "error response without a Talos error body"}
+    kind = _BY_STATUS.get(status, ApiError)
+    retriable = bool(error.get("retriable", kind in (UnavailableError, QuotaExceededError)))
+    details = {k: v for k, v in error.items() if k not in ("code", "message", "retriable")}
+    return kind(
+        status,
+        str(error.get("code")),
+        str(error.get("message")),
+        retriable=retriable,
+        details=details,
+        retry_after=retry_after,
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -22,6 +24,52 @@ def main() -> None:
     Stateless servers place topic partitions on a traffic-weighted consistent-hash ring and keep the
     data on HDFS (or a local disk for one node). Run `talos COMMAND --help` for each command.
     """
+
+
+@main.command()
+@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1; env TALOS_HOST].")
+@click.option("--port", type=int, default=None, help="Port [default: 8080; env TALOS_PORT].")
+@click.option("--data-dir", default=None, help="Local data directory [default: ./talos-data; env TALOS_STORAGE].")
+@click.option(
+    "--storage", default=None, help="Storage URL instead of --data-dir: file:///path or hdfs://host:port/path."
+)
+@click.option(
+    "--config", "config_file", default=None, help="TOML configuration file ([server] table); env TALOS_CONFIG."
+)
+@click.option(
+    "--group-commit",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="One flush for all queued requests of a partition (on), or one per request [default: on].",
+)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+def standalone(
+    host: str | None,
+    port: int | None,
+    data_dir: str | None,
+    storage: str | None,
+    config_file: str | None,
+    group_commit: str | None,
+    log_format: str,
+) -> None:
+    """Run one Talos node: local storage, no ZooKeeper, no Java.
+
+    Serves the REST API v1 with OpenAPI docs at /docs, plus /healthz, /readyz and /metrics.
+    Every setting can also come from the environment (TALOS_PORT, TALOS_GROUP_COMMIT=0, ...) or a TOML file.
+    """
+    argv = [sys.executable, "-m", "server", "standalone", "--log-format", log_format]
+    for flag, value in (
+        ("--host", host),
+        ("--port", port),
+        ("--data-dir", data_dir),
+        ("--storage", storage),
+        ("--config", config_file),
+        ("--group-commit", group_commit),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    # The SDK does not import the server: hand the process over to it.
+    os.execv(sys.executable, argv)
 
 
 @main.group()

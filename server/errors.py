@@ -1,0 +1,38 @@
+"""API errors: one exception type, rendered as ``{"error": {"code", "message", "retriable"}}``."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.responses import Response
+
+__all__ = ["ApiError", "error_response"]
+
+
+class ApiError(Exception):
+    """An error a client sees, with its HTTP status and a stable code."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        retriable: bool = False,
+        headers: dict[str, str] | None = None,
+        details: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retriable = retriable
+        self.headers = headers or {}
+        self.details = details or {}
+
+
+def error_response(error: ApiError) -> Response:
+    body: dict[str, object] = {"code": error.code, "message": error.message, "retriable": error.retriable}
+    body.update(error.details)
+    return Response(
+        orjson.dumps({"error": body}), status_code=error.status, headers=error.headers, media_type="application/json"
+    )

@@ -1,0 +1,209 @@
+"""One loaded partition: the group committer, the tail cache and long-poll wake-ups.
+
+Group commit: produce requests queue on the partition; one commit task at a time takes *every* queued
+request, appends them to the log and flushes once (in an I/O thread), then answers each with its own
+offsets or all with the same error. With group commit off, each request gets its own flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
+from server.errors import ApiError
+from server.tailcache import PartitionTail
+from talos import BatchError, iter_batches
+
+__all__ = ["FetchResult", "LoadedPartition", "ProduceResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    base_offset: int
+    next_offset: int
+    durable_offset: int  # everything below is durable (Swift's checkpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    batches: list[bytes | bytearray]
+    high_watermark: int
+    start_offset: int
+
+
+@dataclass(eq=False)
+class _Request:
+    batch: bytearray
+    durable: bool
+    future: asyncio.Future[ProduceResult]
+    offsets: tuple[int, int] | None = None
+    error: Exception | None = field(default=None)
+
+
+def _api_error(error: Exception) -> ApiError:
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, BatchError):
+        return ApiError(400, "CORRUPT_BATCH", f"invalid record batch: {error}")
+    if isinstance(error, FencedError):
+        return ApiError(
+            503,
+            "NOT_OWNER",
+            "the partition moved to another owner; retry",
+            retriable=True,
+            headers={"Retry-After": "1"},
+        )
+    if isinstance(error, StorageError):
+        return ApiError(503, "STORAGE_ERROR", f"storage failed: {error}", retriable=True, headers={"Retry-After": "1"})
+    return ApiError(
+        503, "PARTITION_UNAVAILABLE", f"partition unavailable: {error}", retriable=True, headers={"Retry-After": "1"}
+    )
+
+
+class LoadedPartition:
+    def __init__(
+        self, topic: str, index: int, log: PartitionLog, tail: PartitionTail, executor: Executor, *, group_commit: bool
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.tail = tail
+        self._executor = executor
+        self._group_commit = group_commit
+        self._queue: list[_Request] = []
+        self._committing = False
+        self._commit_task: asyncio.Task[None] | None = None
+        self._data = asyncio.Event()  # replaced after every commit: long polls wait on it
+        self.flushes = 0
+        self.loaded_at = time.monotonic()
+
+    @property
+    def failed(self) -> bool:
+        return self.log.failed is not None
+
+    # ---------------------------------------------------------------- produce
+
+    async def produce(self, batch: bytearray, *, durable: bool = True) -> ProduceResult:
+        loop = asyncio.get_running_loop()
+        request = _Request(batch, durable, loop.create_future())
+        self._queue.append(request)
+        if not self._committing:
+            self._committing = True
+            self._commit_task = loop.create_task(self._commit_loop())
+        return await request.future
+
+    async def _commit_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._queue:
+                if self._group_commit:
+                    group, self._queue = self._queue, []
+                else:
+                    group = [self._queue.pop(0)]
+                try:
+                    durable = await loop.run_in_executor(self._executor, self._write, group, loop)
+                except Exception as exc:
+                    for request in group:
+                        if request.error is None:
+                            request.error = exc
+                    durable = self.log.durable_offset
+                for request in group:
+                    if request.future.done():
+                        continue
+                    if request.error is not None:
+                        request.future.set_exception(_api_error(request.error))
+                    else:
+                        assert request.offsets is not None
+                        request.future.set_result(ProduceResult(*request.offsets, durable))
+                for request in group:
+                    if request.error is None and request.offsets is not None:
+                        self.tail.add(request.offsets[0], request.offsets[1], request.batch)
+                self._data.set()
+                self._data = asyncio.Event()
+        finally:
+            self._committing = False
+            for request in self._queue:  # only if the loop above died
+                if not request.future.done():
+                    request.future.set_exception(_api_error(LogError("commit stopped")))
+
+    def _write(self, group: list[_Request], loop: asyncio.AbstractEventLoop) -> int:
+        """In an I/O thread: append every request, one flush for all. Returns the durable offset."""
+        for request in group:
+            try:
+                request.offsets = self.log.append(request.batch)
+            except BatchError as exc:
+                request.error = exc
+                continue
+            if not request.durable:
+                result = ProduceResult(*request.offsets, self.log.durable_offset)
+                loop.call_soon_threadsafe(_resolve, request.future, result)
+        self.flushes += 1
+        return self.log.flush()
+
+    # ---------------------------------------------------------------- fetch
+
+    async def fetch(self, offset: int, max_bytes: int, wait_ms: int) -> FetchResult:
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            high = self.log.durable_offset
+            if offset < high or wait_ms <= 0:
+                break
+            if offset > high:
+                raise OffsetOutOfRangeError(offset, self.log.start_offset, high)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            event = self._data
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                break
+            if self.failed:
+                raise _api_error(self.log.failed or LogError("failed"))
+        high, start = self.log.durable_offset, self.log.start_offset
+        if offset < start or offset > high:
+            raise OffsetOutOfRangeError(offset, start, high)
+        if offset == high:
+            return FetchResult([], high, start)
+        cached = self.tail.read(offset, max_bytes)
+        if cached is not None:
+            return FetchResult(cached, high, self.log.start_offset)
+        data = await asyncio.get_running_loop().run_in_executor(self._executor, self.log.read, offset, max_bytes)
+        return FetchResult([data] if data else [], high, self.log.start_offset)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first offset whose batch has a record at or after ``timestamp_ms`` (latest if none)."""
+
+        def scan() -> int:
+            offset = self.log.start_offset
+            while offset < self.log.durable_offset:
+                data = self.log.read(offset, 4 * 1024 * 1024)
+                if not data:
+                    break
+                for _position, header in iter_batches(data, verify=False):
+                    if header.next_offset <= offset:
+                        continue
+                    if header.max_timestamp >= timestamp_ms:
+                        return max(header.base_offset, offset)
+                    offset = header.next_offset
+            return self.log.durable_offset
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, scan)
+
+    async def close(self) -> None:
+        while self._committing:
+            await asyncio.sleep(0.005)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
+
+    def _close(self) -> None:
+        if self.log.failed is None:
+            self.log.close()
+        self.tail.clear()
+
+
+def _resolve(future: asyncio.Future[ProduceResult], result: ProduceResult) -> None:
+    if not future.done():
+        future.set_result(result)

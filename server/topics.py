@@ -1,0 +1,115 @@
+"""Topic metadata, kept in the storage beside the data: ``<root>/topics/<name>/_topic/<version>.json``.
+
+Each change writes the next version exclusively, so two writers cannot both win; the highest version is
+the topic's current configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from fencing import FileSystem
+from server.errors import ApiError
+
+__all__ = ["MAX_PARTITIONS", "TopicConfig", "TopicStore", "validate_topic_name"]
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
+MAX_PARTITIONS = 4096
+_META = "_topic"
+
+
+def validate_topic_name(name: str, *, internal_ok: bool = False) -> str:
+    """Topic names become directory names: letters, digits, '.', '_', '-'; no leading dot; '__' is internal."""
+    if not TOPIC_NAME.match(name) or name in (".", ".."):
+        raise ApiError(
+            400,
+            "INVALID_TOPIC_NAME",
+            f"invalid topic name {name[:300]!r}: 1-249 characters of A-Z a-z 0-9 . _ -, not starting with . _ -",
+        )
+    if name.startswith("__") and not internal_ok:
+        raise ApiError(400, "INVALID_TOPIC_NAME", f"topic names starting with '__' are internal: {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    partitions: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    version: int = 1
+    created_ms: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class TopicStore:
+    def __init__(self, fs: FileSystem, root: str) -> None:
+        self._fs = fs
+        self._root = posixpath.join(root, "topics")
+        self._fs.mkdirs(self._root)
+
+    def topic_dir(self, name: str) -> str:
+        return posixpath.join(self._root, name)
+
+    def partition_dir(self, name: str, partition: int) -> str:
+        return posixpath.join(self._root, name, str(partition))
+
+    def _versions(self, name: str) -> list[int]:
+        try:
+            entries = self._fs.list(posixpath.join(self._root, name, _META))
+        except FileNotFoundError:
+            return []
+        return sorted(int(e.name.split(".")[0]) for e in entries if e.name.endswith(".json"))
+
+    def _write(self, config: TopicConfig) -> None:
+        path = posixpath.join(self._root, config.name, _META, f"{config.version:010d}.json")
+        self._fs.write_file(path, orjson.dumps(config.to_json()))
+
+    def get(self, name: str) -> TopicConfig | None:
+        versions = self._versions(name)
+        if not versions:
+            return None
+        path = posixpath.join(self._root, name, _META, f"{versions[-1]:010d}.json")
+        try:
+            return TopicConfig(**orjson.loads(self._fs.read(path)))
+        except FileNotFoundError:
+            return None  # deleted meanwhile
+
+    def list(self) -> list[TopicConfig]:
+        out = []
+        for entry in self._fs.list(self._root):
+            if entry.is_dir and (config := self.get(entry.name)) is not None:
+                out.append(config)
+        return out
+
+    def create(self, config: TopicConfig) -> TopicConfig:
+        config = dataclasses.replace(config, version=1, created_ms=int(time.time() * 1000))
+        try:
+            self._write(config)
+        except FileExistsError:
+            raise ApiError(409, "TOPIC_EXISTS", f"topic {config.name!r} already exists") from None
+        return config
+
+    def update(self, name: str, **changes: Any) -> TopicConfig:
+        current = self.get(name)
+        if current is None:
+            raise ApiError(404, "UNKNOWN_TOPIC", f"unknown topic {name!r}")
+        updated = dataclasses.replace(current, **changes, version=current.version + 1)
+        try:
+            self._write(updated)
+        except FileExistsError:
+            raise ApiError(409, "CONFLICT", f"topic {name!r} changed concurrently; retry", retriable=True) from None
+        return updated
+
+    def delete(self, name: str) -> None:
+        if not self._fs.delete(self.topic_dir(name), recursive=True):
+            raise ApiError(404, "UNKNOWN_TOPIC", f"unknown topic {name!r}")

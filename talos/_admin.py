@@ -1,0 +1,211 @@
+"""Topic administration: ``Admin`` and its asyncio twin ``AsyncAdmin``.
+
+Each call is described once as a :class:`_Call` (method, path, body, how to read the answer); the two
+classes only differ in how they send it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+
+__all__ = ["Admin", "AsyncAdmin", "PartitionInfo", "TopicInfo", "DEFAULT_URL"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+_JSON = {"content-type": "application/json"}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    earliest: int
+    latest: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    version: int = 1
+    created_ms: int = 0
+    partition_offsets: list[PartitionInfo] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Any) -> TopicInfo:
+        detail = [PartitionInfo(**p) for p in data.get("partitions_detail", [])]
+        return cls(
+            data["name"],
+            data["partitions"],
+            data.get("retention_ms"),
+            data.get("retention_bytes"),
+            data.get("version", 1),
+            data.get("created_ms", 0),
+            detail,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    method: str
+    path: str
+    read: Callable[[Response], Any]
+    body: bytes | None = None
+    params: dict[str, str | int] | None = None
+
+
+def _topic_path(name: str) -> str:
+    return f"/v1/topics/{quote(name, safe='')}"
+
+
+def _create(name: str, partitions: int, retention_ms: int | None, retention_bytes: int | None) -> _Call:
+    body: dict[str, object] = {"name": name, "partitions": partitions}
+    if retention_ms is not None:
+        body["retention_ms"] = retention_ms
+    if retention_bytes is not None:
+        body["retention_bytes"] = retention_bytes
+    return _Call("POST", "/v1/topics", lambda r: TopicInfo.from_json(r.json()), orjson.dumps(body))
+
+
+def _list() -> _Call:
+    return _Call("GET", "/v1/topics", lambda r: [TopicInfo.from_json(t) for t in r.json()["topics"]])  # type: ignore[index]
+
+
+def _describe(name: str) -> _Call:
+    return _Call("GET", _topic_path(name), lambda r: TopicInfo.from_json(r.json()))
+
+
+def _alter(name: str, changes: dict[str, int | None]) -> _Call:
+    return _Call("PATCH", _topic_path(name), lambda r: TopicInfo.from_json(r.json()), orjson.dumps(changes))
+
+
+def _delete(name: str) -> _Call:
+    return _Call("DELETE", _topic_path(name), lambda r: None)
+
+
+def _offsets(topic: str, partition: int, timestamp: int | None) -> _Call:
+    params: dict[str, str | int] | None = {"timestamp": timestamp} if timestamp is not None else None
+    return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", lambda r: r.json(), params=params)
+
+
+def _changes(partitions: int | None, retention_ms: int | None, retention_bytes: int | None) -> dict[str, int | None]:
+    changes = {"partitions": partitions, "retention_ms": retention_ms, "retention_bytes": retention_bytes}
+    return {k: v for k, v in changes.items() if v is not None}
+
+
+class Admin:
+    """Create, list, describe, change and delete topics.
+
+    >>> admin = Admin("http://127.0.0.1:8080")
+    >>> admin.create_topic("orders", partitions=8)
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 30.0, transport: Transport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._transport = transport or Urllib3Transport(timeout=timeout)
+
+    def _call(self, call: _Call) -> Any:
+        response = self._transport.request(
+            call.method, self.url + call.path, params=call.params, body=call.body, headers=_JSON, timeout=self._timeout
+        )
+        return call.read(check(response))
+
+    def create_topic(
+        self, name: str, *, partitions: int = 1, retention_ms: int | None = None, retention_bytes: int | None = None
+    ) -> TopicInfo:
+        return self._call(_create(name, partitions, retention_ms, retention_bytes))  # type: ignore[no-any-return]
+
+    def list_topics(self) -> list[TopicInfo]:
+        return self._call(_list())  # type: ignore[no-any-return]
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        """The topic with each partition's earliest and latest offsets."""
+        return self._call(_describe(name))  # type: ignore[no-any-return]
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> TopicInfo:
+        """Add partitions (never fewer) or change retention."""
+        return self._call(_alter(name, _changes(partitions, retention_ms, retention_bytes)))  # type: ignore[no-any-return]
+
+    def delete_topic(self, name: str) -> None:
+        self._call(_delete(name))
+
+    def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> dict[str, int]:
+        """``{"earliest", "latest"}``, and ``"offset"``: the first at or after ``timestamp`` (ms) if given."""
+        return self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class AsyncAdmin:
+    """The asyncio twin of :class:`Admin`."""
+
+    def __init__(
+        self, url: str = DEFAULT_URL, *, timeout: float = 30.0, transport: AsyncTransport | None = None
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = timeout
+        self._transport = transport or AiohttpTransport(timeout=timeout)
+
+    async def _call(self, call: _Call) -> Any:
+        response = await self._transport.request(
+            call.method, self.url + call.path, params=call.params, body=call.body, headers=_JSON, timeout=self._timeout
+        )
+        return call.read(check(response))
+
+    async def create_topic(
+        self, name: str, *, partitions: int = 1, retention_ms: int | None = None, retention_bytes: int | None = None
+    ) -> TopicInfo:
+        return await self._call(_create(name, partitions, retention_ms, retention_bytes))  # type: ignore[no-any-return]
+
+    async def list_topics(self) -> list[TopicInfo]:
+        return await self._call(_list())  # type: ignore[no-any-return]
+
+    async def describe_topic(self, name: str) -> TopicInfo:
+        return await self._call(_describe(name))  # type: ignore[no-any-return]
+
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> TopicInfo:
+        return await self._call(_alter(name, _changes(partitions, retention_ms, retention_bytes)))  # type: ignore[no-any-return]
+
+    async def delete_topic(self, name: str) -> None:
+        await self._call(_delete(name))
+
+    async def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> dict[str, int]:
+        return await self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()

@@ -1,0 +1,359 @@
+"""``Producer`` (a background sender thread) and ``AsyncProducer`` (a background task).
+
+Records are batched per partition by size and linger, sent as binary record batches to
+``POST /v1/topics/{t}/partitions/{p}/messages``, one request in flight per partition (so order holds),
+retried with backoff on retriable errors, and answered through futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose_partition
+from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
+from talos._codec import RecordData, encode_batch
+from talos._errors import ApiError, NotFoundError, TalosError, TransportError
+from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+
+__all__ = ["AsyncProducer", "Producer", "ProducerClosedError"]
+
+_BATCH_HEADERS = {"content-type": "application/vnd.talos.batch"}
+Headers = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | None]] | None
+
+
+class ProducerClosedError(TalosError):
+    """send() after close()."""
+
+
+def _record(value: bytes | str | None, key: bytes | str | None, headers: Headers, timestamp: int | None) -> RecordData:
+    def as_bytes(data: bytes | str | None) -> bytes | None:
+        return data.encode() if isinstance(data, str) else data
+
+    if headers is None:
+        pairs: list[tuple[str, bytes | None]] = []
+    elif isinstance(headers, Mapping):
+        pairs = [(k, as_bytes(v)) for k, v in headers.items()]
+    else:
+        pairs = [(k, as_bytes(v)) for k, v in headers]
+    return RecordData(as_bytes(value), as_bytes(key), pairs, timestamp)
+
+
+def _path(topic: str, partition: int) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/messages"
+
+
+def _retriable(error: BaseException) -> bool:
+    return isinstance(error, TransportError) or (isinstance(error, ApiError) and error.retriable)
+
+
+def _backoff(batch: PendingBatch[Any], base_s: float, error: BaseException) -> float:
+    hinted = error.retry_after if isinstance(error, ApiError) and error.retry_after else 0.0
+    return float(max(min(base_s * 2 ** min(batch.attempts, 6), 5.0), hinted))
+
+
+def _offsets(response: Response) -> int:
+    body = check(response).json()
+    return int(body["results"][0]["offset"])  # type: ignore[index]
+
+
+class Producer:
+    """Send records to topics; everything is batched and sent in the background.
+
+    >>> with Producer("http://127.0.0.1:8080") as producer:
+    ...     future = producer.send("orders", value=b"...", key=b"customer-42")
+    ...     producer.flush()
+    ...     future.result().offset
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        linger_ms: float = 5.0,
+        batch_bytes: int = 1024 * 1024,
+        buffer_bytes: int = 64 * 1024 * 1024,
+        acks: str = "durable",
+        max_in_flight: int = 8,
+        retry_backoff_ms: float = 100.0,
+        delivery_timeout_s: float = 120.0,
+        request_timeout_s: float = 30.0,
+        transport: Transport | None = None,
+    ) -> None:
+        if acks not in ("durable", "accepted"):
+            raise ValueError("acks must be 'durable' or 'accepted'")
+        self.url = url.rstrip("/")
+        self._transport = transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s)
+        self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._acc: Accumulator[concurrent.futures.Future[RecordMetadata]] = Accumulator(
+            batch_bytes=batch_bytes, linger_s=linger_ms / 1000
+        )
+        self._params = {"acks": acks}
+        self._buffer_bytes = buffer_bytes
+        self._backoff_s = retry_backoff_ms / 1000
+        self._delivery_timeout_s = delivery_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._partitions: dict[str, int] = {}
+        self._sticky: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._flushing = 0
+        self._closed = False
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="talos-send")
+        self._sender = threading.Thread(target=self._run, name="talos-producer", daemon=True)
+        self._sender.start()
+
+    def partitions_for(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._admin.describe_topic(topic).partitions
+            self._partitions[topic] = count
+        return count
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue one record; the future gives its :class:`RecordMetadata` once stored (or the error)."""
+        record = _record(value, key, headers, timestamp)
+        count = self.partitions_for(topic)
+        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                raise ProducerClosedError("the producer is closed")
+            while self._acc.buffered_bytes >= self._buffer_bytes:  # back-pressure: wait for room
+                self._cond.wait(0.1)
+            chosen = choose_partition(record.key, partition, count, self._sticky, topic)
+            self._acc.add(topic, chosen, record, future, time.monotonic())
+            self._cond.notify_all()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every record sent so far is acknowledged or failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while not self._acc.empty:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError("flush timed out")
+                    self._cond.wait(remaining if remaining is not None else 0.5)
+            finally:
+                self._flushing -= 1
+
+    def close(self) -> None:
+        """Flush, then stop the background sender."""
+        if self._closed:
+            return
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._sender.join()
+        self._pool.shutdown(wait=True)
+        self._transport.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- sender
+
+    def _run(self) -> None:
+        with self._cond:
+            while not (self._closed and self._acc.empty):
+                for batch in self._acc.ready(time.monotonic(), flushing=self._flushing > 0 or self._closed):
+                    if self._sticky.get(batch.topic) == batch.partition:
+                        del self._sticky[batch.topic]  # the next unkeyed records go elsewhere
+                    self._pool.submit(self._send, batch)
+                wait = self._acc.next_deadline(time.monotonic())
+                self._cond.wait(wait if wait is not None else 0.5)
+
+    def _send(self, batch: PendingBatch[concurrent.futures.Future[RecordMetadata]]) -> None:
+        while True:
+            error: BaseException | None = None
+            base = 0
+            try:
+                response = self._transport.request(
+                    "POST",
+                    self.url + _path(batch.topic, batch.partition),
+                    params=self._params,
+                    body=encode_batch(batch.records),
+                    headers=_BATCH_HEADERS,
+                    timeout=self._request_timeout_s,
+                )
+                base = _offsets(response)
+            except Exception as exc:
+                error = exc
+            if error is not None and _retriable(error) and time.monotonic() - batch.created < self._delivery_timeout_s:
+                batch.attempts += 1
+                time.sleep(_backoff(batch, self._backoff_s, error))
+                continue  # the partition stays busy meanwhile: order holds
+            break
+        for index, future in enumerate(batch.futures):
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(RecordMetadata(batch.topic, batch.partition, base + index))
+        with self._cond:
+            if isinstance(error, NotFoundError):
+                self._partitions.pop(batch.topic, None)
+            self._acc.done(batch)
+            self._cond.notify_all()
+
+
+class AsyncProducer:
+    """The asyncio twin of :class:`Producer`: ``await producer.send(...)`` queues and returns a future."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        linger_ms: float = 5.0,
+        batch_bytes: int = 1024 * 1024,
+        acks: str = "durable",
+        retry_backoff_ms: float = 100.0,
+        delivery_timeout_s: float = 120.0,
+        request_timeout_s: float = 30.0,
+        transport: AsyncTransport | None = None,
+    ) -> None:
+        if acks not in ("durable", "accepted"):
+            raise ValueError("acks must be 'durable' or 'accepted'")
+        self.url = url.rstrip("/")
+        self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
+        self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
+            batch_bytes=batch_bytes, linger_s=linger_ms / 1000
+        )
+        self._params = {"acks": acks}
+        self._backoff_s = retry_backoff_ms / 1000
+        self._delivery_timeout_s = delivery_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._partitions: dict[str, int] = {}
+        self._sticky: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._flushing = 0
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+
+    async def partitions_for(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = (await self._admin.describe_topic(topic)).partitions
+            self._partitions[topic] = count
+        return count
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; await the returned future for its :class:`RecordMetadata`."""
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        record = _record(value, key, headers, timestamp)
+        count = await self.partitions_for(topic)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        chosen = choose_partition(record.key, partition, count, self._sticky, topic)
+        self._acc.add(topic, chosen, record, future, time.monotonic())
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+        self._idle.clear()
+        self._wake.set()
+        return future
+
+    async def flush(self) -> None:
+        self._flushing += 1
+        self._wake.set()
+        try:
+            while not self._acc.empty:
+                self._idle.clear()
+                await self._idle.wait()
+        finally:
+            self._flushing -= 1
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+        self._wake.set()
+        if self._runner is not None:
+            await self._runner
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def _run(self) -> None:
+        while not (self._closed and self._acc.empty):
+            for batch in self._acc.ready(time.monotonic(), flushing=self._flushing > 0 or self._closed):
+                if self._sticky.get(batch.topic) == batch.partition:
+                    del self._sticky[batch.topic]
+                task = asyncio.get_running_loop().create_task(self._send(batch))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            wait = self._acc.next_deadline(time.monotonic())
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait if wait is not None else 0.5)
+
+    async def _send(self, batch: PendingBatch[asyncio.Future[RecordMetadata]]) -> None:
+        while True:
+            error: BaseException | None = None
+            base = 0
+            try:
+                response = await self._transport.request(
+                    "POST",
+                    self.url + _path(batch.topic, batch.partition),
+                    params=self._params,
+                    body=encode_batch(batch.records),
+                    headers=_BATCH_HEADERS,
+                    timeout=self._request_timeout_s,
+                )
+                base = _offsets(response)
+            except Exception as exc:
+                error = exc
+            if error is not None and _retriable(error) and time.monotonic() - batch.created < self._delivery_timeout_s:
+                batch.attempts += 1
+                await asyncio.sleep(_backoff(batch, self._backoff_s, error))
+                continue  # the partition stays busy: order holds
+            break
+        if isinstance(error, NotFoundError):
+            self._partitions.pop(batch.topic, None)
+        self._acc.done(batch)
+        for index, future in enumerate(batch.futures):
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(RecordMetadata(batch.topic, batch.partition, base + index))
+        if self._acc.empty:
+            self._idle.set()
+        self._wake.set()

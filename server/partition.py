@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server.errors import ApiError
 from server.tailcache import PartitionTail
-from talos import BatchError, iter_batches
+from talos import BatchError, decode_records, iter_batches
 
 __all__ = ["FetchResult", "LoadedPartition", "ProduceResult"]
 
@@ -183,11 +183,13 @@ class LoadedPartition:
                 data = self.log.read(offset, 4 * 1024 * 1024)
                 if not data:
                     break
-                for _position, header in iter_batches(data, verify=False):
+                for position, header in iter_batches(data, verify=False):
                     if header.next_offset <= offset:
                         continue
-                    if header.max_timestamp >= timestamp_ms:
-                        return max(header.base_offset, offset)
+                    if header.max_timestamp >= timestamp_ms:  # the answer is in this batch: decode just it
+                        for record in decode_records(data, position, verify=False):
+                            if record.offset >= offset and record.timestamp >= timestamp_ms:
+                                return record.offset
                     offset = header.next_offset
             return self.log.durable_offset
 

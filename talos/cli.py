@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
 
 import click
 
-from talos import __version__
+from talos import DEFAULT_URL, Admin, ConflictError, Consumer, Message, Producer, TalosError, __version__
 
 __all__ = ["main"]
 
@@ -70,6 +74,285 @@ def standalone(
             argv += [flag, str(value)]
     # The SDK does not import the server: hand the process over to it.
     os.execv(sys.executable, argv)
+
+
+URL = click.option(
+    "--url", envvar="TALOS_URL", default=DEFAULT_URL, show_default=True, help="Server URL (env TALOS_URL)."
+)
+
+
+def _fail(error: Exception) -> NoReturn:
+    raise click.ClickException(str(error)) from error
+
+
+@main.group()
+def topics() -> None:
+    """Create, list, describe and delete topics."""
+
+
+@topics.command("create")
+@URL
+@click.argument("name")
+@click.option("--partitions", type=click.IntRange(1, 4096), default=1, show_default=True)
+@click.option("--retention-ms", type=click.IntRange(0), default=None, help="Delete data older than this.")
+@click.option("--retention-bytes", type=click.IntRange(0), default=None, help="Keep at most this much per partition.")
+def topics_create(url: str, name: str, partitions: int, retention_ms: int | None, retention_bytes: int | None) -> None:
+    """Create topic NAME."""
+    try:
+        with Admin(url) as admin:
+            topic = admin.create_topic(
+                name, partitions=partitions, retention_ms=retention_ms, retention_bytes=retention_bytes
+            )
+    except TalosError as exc:
+        _fail(exc)
+    click.echo(f"created {topic.name} with {topic.partitions} partition(s)")
+
+
+@topics.command("list")
+@URL
+def topics_list(url: str) -> None:
+    """List topics."""
+    try:
+        with Admin(url) as admin:
+            found = admin.list_topics()
+    except TalosError as exc:
+        _fail(exc)
+    for topic in found:
+        click.echo(f"{topic.name}\tpartitions={topic.partitions}")
+
+
+@topics.command("describe")
+@URL
+@click.argument("name")
+def topics_describe(url: str, name: str) -> None:
+    """Show topic NAME with each partition's earliest and latest offset."""
+    try:
+        with Admin(url) as admin:
+            topic = admin.describe_topic(name)
+    except TalosError as exc:
+        _fail(exc)
+    click.echo(
+        f"{topic.name}: {topic.partitions} partition(s), retention_ms={topic.retention_ms}, "
+        f"retention_bytes={topic.retention_bytes}, version={topic.version}"
+    )
+    for info in topic.partition_offsets:
+        click.echo(f"  partition {info.partition}\tearliest={info.earliest}\tlatest={info.latest}")
+
+
+@topics.command("delete")
+@URL
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+def topics_delete(url: str, name: str, yes: bool) -> None:
+    """Delete topic NAME and all its data."""
+    if not yes and sys.stdin.isatty():
+        click.confirm(f"delete {name} and all its data?", abort=True)
+    try:
+        with Admin(url) as admin:
+            admin.delete_topic(name)
+    except TalosError as exc:
+        _fail(exc)
+    click.echo(f"deleted {name}")
+
+
+@main.command()
+@URL
+@click.argument("topic")
+@click.option("--file", "source", type=click.File("rb"), default="-", help="Read lines from this file [stdin].")
+@click.option("--key-sep", default=None, help="Split each line at the first SEP into key and value.")
+@click.option("--partition", type=int, default=None, help="Send everything to this partition.")
+@click.option("--acks", type=click.Choice(["durable", "accepted"]), default="durable", show_default=True)
+def produce(url: str, topic: str, source: BinaryIO, key_sep: str | None, partition: int | None, acks: str) -> None:
+    """Send each line of stdin (or --file) as one message to TOPIC."""
+    size = _file_size(source)
+    sent = 0
+    futures = []
+    separator = key_sep.encode() if key_sep else None
+    try:
+        with (
+            Producer(url, acks=acks) as producer,
+            click.progressbar(
+                length=size or 0, label=f"producing to {topic}", file=sys.stderr, hidden=not size
+            ) as progress,
+        ):
+            for line in source:
+                progress.update(len(line))
+                value = line.rstrip(b"\r\n")
+                key = None
+                if separator is not None and separator in value:
+                    key, value = value.split(separator, 1)
+                futures.append(producer.send(topic, value, key=key, partition=partition))
+                sent += 1
+                if len(futures) >= 10_000:  # keep memory bounded; surface failures early
+                    for future in futures:
+                        if future.done():
+                            future.result()
+                    futures = [f for f in futures if not f.done()]
+            producer.flush()
+            for future in futures:
+                future.result()
+    except TalosError as exc:
+        _fail(exc)
+    click.echo(f"produced {sent} message(s) to {topic}", err=True)
+
+
+def _file_size(source: BinaryIO) -> int | None:
+    try:
+        return (
+            os.fstat(source.fileno()).st_size
+            if source is not sys.stdin.buffer and os.path.isfile(source.name)
+            else None
+        )
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+@main.command()
+@URL
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: only new messages).")
+@click.option("--partition", type=int, default=None, help="Only this partition.")
+@click.option("--offset", type=click.IntRange(0), default=None, help="Start here (needs --partition).")
+@click.option("--max", "max_messages", type=click.IntRange(1), default=None, help="Stop after this many messages.")
+@click.option("--follow", is_flag=True, help="Keep waiting for new messages (default: stop when caught up).")
+@click.option("--print-key", is_flag=True, help="Print KEY<tab>VALUE.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message, with offsets and headers.")
+def consume(
+    url: str,
+    topic: str,
+    from_beginning: bool,
+    partition: int | None,
+    offset: int | None,
+    max_messages: int | None,
+    follow: bool,
+    print_key: bool,
+    as_json: bool,
+) -> None:
+    """Print messages of TOPIC, one per line."""
+    if offset is not None and partition is None:
+        raise click.UsageError("--offset needs --partition")
+    start = "earliest" if from_beginning or offset is not None else "latest"
+    seen = 0
+    try:
+        selection: dict[str, Any] = (
+            {"partitions": [(topic, partition)]} if partition is not None else {"topics": [topic]}
+        )
+        with Consumer(url, start=start, **selection) as consumer:
+            if offset is not None:
+                assert partition is not None
+                consumer.seek(topic, partition, offset)
+            while max_messages is None or seen < max_messages:
+                batch = consumer.poll(1.0, max_messages=(max_messages - seen) if max_messages else 500)
+                if not batch and not follow:
+                    break
+                for message in batch:
+                    click.echo(_render(message, print_key, as_json))
+                    seen += 1
+    except TalosError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        pass
+    click.echo(f"consumed {seen} message(s)", err=True)
+
+
+def _render(message: Message, print_key: bool, as_json: bool) -> str:
+    def text(data: bytes | None) -> str | None:
+        return None if data is None else data.decode(errors="backslashreplace")
+
+    if as_json:
+        return json.dumps(
+            {
+                "partition": message.partition,
+                "offset": message.offset,
+                "timestamp": message.timestamp,
+                "key": text(message.key),
+                "value": text(message.value),
+                "headers": {k: text(v) for k, v in message.headers},
+            }
+        )
+    value = text(message.value) or ""
+    return f"{text(message.key) or ''}\t{value}" if print_key else value
+
+
+@main.group()
+def bench() -> None:
+    """Measure produce and consume throughput against a running server."""
+
+
+@bench.command("produce")
+@URL
+@click.option("--topic", default="bench", show_default=True, help="Created if missing.")
+@click.option("--partitions", default=1, show_default=True)
+@click.option("--messages", default=200_000, show_default=True)
+@click.option("--size", default=1024, show_default=True, help="Value bytes per message.")
+@click.option("--linger-ms", default=5.0, show_default=True)
+@click.option("--acks", type=click.Choice(["durable", "accepted"]), default="durable", show_default=True)
+def bench_produce(url: str, topic: str, partitions: int, messages: int, size: int, linger_ms: float, acks: str) -> None:
+    """Produce MESSAGES of SIZE bytes with the SDK; print msgs/s, MB/s and ack latency percentiles."""
+    _ensure_topic(url, topic, partitions)
+    payload = os.urandom(size)
+    latencies: list[float] = []
+    started = time.perf_counter()
+    try:
+        with Producer(url, linger_ms=linger_ms, acks=acks) as producer:
+            for _ in range(messages):
+                now = time.perf_counter()
+                producer.send(topic, payload).add_done_callback(_latency_recorder(latencies, now))
+            producer.flush()
+    except TalosError as exc:
+        _fail(exc)
+    elapsed = time.perf_counter() - started
+    _report("produce", messages, messages * size, elapsed, latencies)
+
+
+@bench.command("consume")
+@URL
+@click.option("--topic", default="bench", show_default=True)
+@click.option("--messages", default=200_000, show_default=True, help="Stop after this many.")
+def bench_consume(url: str, topic: str, messages: int) -> None:
+    """Consume from the beginning of TOPIC; print msgs/s and MB/s."""
+    received = 0
+    volume = 0
+    started = time.perf_counter()
+    try:
+        with Consumer(url, topics=[topic], start="earliest", wait_ms=200) as consumer:
+            while received < messages:
+                batch = consumer.poll(2.0)
+                if not batch:
+                    break
+                received += len(batch)
+                volume += sum(len(m.value or b"") for m in batch)
+    except TalosError as exc:
+        _fail(exc)
+    _report("consume", received, volume, time.perf_counter() - started, [])
+
+
+def _latency_recorder(into: list[float], started: float) -> Callable[[object], None]:
+    def record(_future: object) -> None:
+        into.append(time.perf_counter() - started)
+
+    return record
+
+
+def _ensure_topic(url: str, topic: str, partitions: int) -> None:
+    with Admin(url) as admin:
+        try:
+            admin.create_topic(topic, partitions=partitions)
+        except ConflictError:
+            pass
+        except TalosError as exc:
+            _fail(exc)
+
+
+def _report(what: str, count: int, volume: int, elapsed: float, latencies: list[float]) -> None:
+    click.echo(
+        f"{what}: {count} messages in {elapsed:.2f}s = {count / elapsed:,.0f} msgs/s, "
+        f"{volume / elapsed / 1e6:,.1f} MB/s"
+    )
+    if latencies:
+        ordered = sorted(latencies)
+        pick = [ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000 for q in (0.5, 0.95, 0.99)]
+        click.echo(f"ack latency: p50 {pick[0]:.1f} ms, p95 {pick[1]:.1f} ms, p99 {pick[2]:.1f} ms")
 
 
 @main.group()

@@ -21,20 +21,21 @@ from server.errors import ApiError
 __all__ = ["MAX_PARTITIONS", "TopicConfig", "TopicStore", "validate_topic_name"]
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
+INTERNAL_NAME = re.compile(r"^__[A-Za-z0-9][A-Za-z0-9._-]{0,246}$")
 MAX_PARTITIONS = 4096
 _META = "_topic"
 
 
 def validate_topic_name(name: str, *, internal_ok: bool = False) -> str:
     """Topic names become directory names: letters, digits, '.', '_', '-'; no leading dot; '__' is internal."""
-    if not TOPIC_NAME.match(name) or name in (".", ".."):
+    if internal_ok and INTERNAL_NAME.match(name):
+        return name
+    if not TOPIC_NAME.match(name):
         raise ApiError(
             400,
             "INVALID_TOPIC_NAME",
             f"invalid topic name {name[:300]!r}: 1-249 characters of A-Z a-z 0-9 . _ -, not starting with . _ -",
         )
-    if name.startswith("__") and not internal_ok:
-        raise ApiError(400, "INVALID_TOPIC_NAME", f"topic names starting with '__' are internal: {name!r}")
     return name
 
 

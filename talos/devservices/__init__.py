@@ -9,6 +9,7 @@ from __future__ import annotations
 from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
 from talos.devservices._hdfs import HdfsCluster
 from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._standalone import StandaloneServer
 from talos.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "HdfsCluster",
     "ManagedProcess",
     "ServiceError",
+    "StandaloneServer",
     "ZooKeeperServer",
     "cache_dir",
     "ensure_hadoop",

@@ -1,0 +1,71 @@
+"""A ``talos standalone`` server as a managed subprocess (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+from talos.devservices._process import ManagedProcess, free_port, wait_until
+
+__all__ = ["StandaloneServer"]
+
+
+class StandaloneServer:
+    """``talos standalone`` on a free port with its data in ``data_dir``; ready when ``/readyz`` answers."""
+
+    def __init__(
+        self, data_dir: Path, *, port: int | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.args = args
+        self.env = env
+        self.process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> StandaloneServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "talos.cli",
+            "standalone",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--log-format",
+            "text",
+            *self.args,
+        ]
+        self.process = ManagedProcess(
+            "talos",
+            argv,
+            log_path=self.data_dir.parent / f"server-{self.port}.log",
+            env={**os.environ, **(self.env or {})},
+        )
+        self.process.start()
+
+        def ready() -> bool:
+            assert self.process is not None
+            self.process.check_alive()
+            with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+
+        wait_until(ready, timeout=timeout, what=f"talos standalone on {self.url}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        """SIGTERM (graceful: flush and seal), SIGKILL after 10 s."""
+        if self.process is not None:
+            self.process.stop()

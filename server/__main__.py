@@ -10,7 +10,7 @@ import time
 
 import uvicorn
 
-from server.app import create_app
+from server.app import create_asgi
 from server.config import load_config
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
     uvicorn.run(
-        create_app(config),
+        create_asgi(config),
         host=config.host,
         port=config.port,
         loop="uvloop",

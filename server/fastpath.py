@@ -1,0 +1,128 @@
+"""A raw ASGI front for the hot endpoints (produce, fetch, offsets); everything else goes to FastAPI.
+
+Measured here, a FastAPI route costs ~3.5x the CPU of a bare ASGI endpoint (ARCHITECTURE.md, "Performance
+facts"): routing, request objects, dependency resolution, exception middleware. This layer matches the
+three message paths by splitting the path, reads the body straight from ``receive`` and calls the same
+functions as the FastAPI routes (``server.messages``), which still exist for the OpenAPI schema and for
+anything this layer passes on (e.g. a partition that is not a number, so FastAPI reports the error).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from fencing import OffsetOutOfRangeError
+from server import messages
+from server.broker import Broker
+from server.errors import ApiError
+from server.messages import Reply
+
+__all__ = ["FastPath"]
+
+log = logging.getLogger("talos.server")
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _error(error: ApiError) -> Reply:
+    body: dict[str, object] = {"code": error.code, "message": error.message, "retriable": error.retriable}
+    body.update(error.details)
+    return Reply(error.status, orjson.dumps({"error": body}), headers=error.headers)
+
+
+async def _read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
+    if declared is not None and declared > limit:
+        raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {declared} bytes; the limit is {limit}")
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionResetError("client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "REQUEST_TOO_LARGE", f"request body over the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class FastPath:
+    def __init__(self, app: ASGIApp, broker: Callable[[], Broker]) -> None:
+        self.app = app
+        self._broker = broker
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        parts = scope["path"].split("/")
+        # ['', 'v1', 'topics', T, 'messages'] or ['', 'v1', 'topics', T, 'partitions', P, 'messages'|'offsets']
+        method = scope["method"]
+        if (
+            len(parts) == 5
+            and parts[1] == "v1"
+            and parts[2] == "topics"
+            and parts[4] == "messages"
+            and method == "POST"
+        ):
+            kind, topic, partition = "produce", parts[3], None
+        elif (
+            len(parts) == 7
+            and parts[1] == "v1"
+            and parts[2] == "topics"
+            and parts[4] == "partitions"
+            and parts[5].isdigit()
+            and parts[6] in ("messages", "offsets")
+        ):
+            topic, partition = parts[3], int(parts[5])
+            if parts[6] == "offsets":
+                kind = "offsets" if method == "GET" else ""
+            else:
+                kind = {"POST": "produce", "GET": "fetch"}.get(method, "")
+        else:
+            kind = ""
+        if not kind:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+        try:
+            broker = self._broker()
+            if kind == "produce":
+                declared = headers.get("content-length")
+                body = await _read_body(
+                    receive, broker.config.max_request_bytes, int(declared) if declared and declared.isdigit() else None
+                )
+                reply = await messages.produce(broker, topic, partition, headers, query, body)
+            elif kind == "fetch":
+                assert partition is not None
+                reply = await messages.fetch(broker, topic, partition, headers, query)
+            else:
+                assert partition is not None
+                reply = await messages.offsets(broker, topic, partition, query)
+        except ApiError as exc:
+            reply = _error(exc)
+        except OffsetOutOfRangeError as exc:
+            details: dict[str, object] = {"earliest": exc.earliest, "latest": exc.latest}
+            reply = _error(ApiError(416, "OFFSET_OUT_OF_RANGE", str(exc), details=details))
+        except ConnectionResetError:
+            return
+        except Exception as exc:
+            log.exception("unexpected error")
+            reply = _error(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
+        raw_headers = [
+            (b"content-type", reply.content_type.encode()),
+            (b"content-length", str(len(reply.body)).encode()),
+        ]
+        raw_headers += [(k.encode(), v.encode()) for k, v in reply.headers.items()]
+        await send({"type": "http.response.start", "status": reply.status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": reply.body})

@@ -1,0 +1,247 @@
+"""Produce, fetch and offsets: the hot endpoints, as plain functions of (query, headers, body) → Reply.
+
+The FastAPI routes (for OpenAPI and any request the fast path does not take) and the raw ASGI fast path
+(``server.fastpath``) both call these, so there is one implementation. Raw body, ``orjson``, no model per
+message; records are parsed only where JSON demands it (the binary batch path never parses records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from server import metrics
+from server.broker import Broker
+from server.errors import ApiError
+from server.partition import ProduceResult
+from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key
+
+__all__ = ["BATCH_CONTENT_TYPE", "Reply", "fetch", "offsets", "produce"]
+
+BATCH_CONTENT_TYPE = "application/vnd.talos.batch"
+JSON = "application/json"
+
+
+@dataclass(slots=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def int_param(
+    query: Mapping[str, str], name: str, default: int | None, *, low: int = 0, high: int | None = None
+) -> int:
+    raw = query.get(name)
+    if raw is None:
+        if default is None:
+            raise ApiError(400, "INVALID_REQUEST", f"query parameter {name!r} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "INVALID_REQUEST", f"{name} must be an integer, got {raw[:50]!r}") from None
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ApiError(400, "INVALID_REQUEST", f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _bytes_field(message: dict[str, Any], name: str, index: int) -> bytes | None:
+    """``name`` as a UTF-8 string or ``name_b64`` as base64; None when neither is there."""
+    text = message.get(name)
+    encoded = message.get(f"{name}_b64")
+    if text is not None and encoded is not None:
+        raise ApiError(400, "INVALID_REQUEST", f"messages[{index}]: give {name} or {name}_b64, not both")
+    if encoded is not None:
+        if not isinstance(encoded, str):
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].{name}_b64 must be a base64 string")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].{name}_b64 is not valid base64") from None
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].{name} must be a string (binary: {name}_b64)")
+    return text.encode()
+
+
+def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | None, RecordData]], bool]:
+    if not isinstance(doc, dict):
+        raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object with a 'messages' array")
+    messages = doc.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "INVALID_REQUEST", "'messages' must be a non-empty array")
+    acks = doc.get("acks", "durable")
+    if acks not in ("durable", "accepted"):
+        raise ApiError(400, "INVALID_REQUEST", "'acks' must be 'durable' or 'accepted'")
+    out: list[tuple[int | None, RecordData]] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}] must be an object")
+        if "value" not in message and "value_b64" not in message:
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}] needs 'value' or 'value_b64'")
+        value = _bytes_field(message, "value", index)
+        key = _bytes_field(message, "key", index)
+        headers_in = message.get("headers") or {}
+        if not isinstance(headers_in, dict) or not all(isinstance(v, str) or v is None for v in headers_in.values()):
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].headers must map names to strings")
+        headers = [(str(k), None if v is None else v.encode()) for k, v in headers_in.items()]
+        partition = message.get("partition")
+        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].partition must be an integer")
+        timestamp = message.get("timestamp")
+        if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0):
+            raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].timestamp must be ms since the epoch")
+        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+        if size > max_message:
+            raise ApiError(413, "MESSAGE_TOO_LARGE", f"messages[{index}] has {size} bytes; the limit is {max_message}")
+        out.append((partition, RecordData(value, key, headers, timestamp)))
+    return out, acks == "durable"
+
+
+async def _produce_json(broker: Broker, topic: str, fixed_partition: int | None, body: bytes) -> Reply:
+    config = broker.topic(topic)
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "INVALID_JSON", f"the body is not valid JSON: {exc}") from None
+    messages, durable = _parse_messages(doc, broker.config.max_message_bytes)
+    groups: dict[int, list[tuple[int, RecordData]]] = {}
+    spread = broker.next_partition(config)
+    for index, (requested, record) in enumerate(messages):
+        if fixed_partition is not None:
+            partition = fixed_partition
+        elif requested is not None:
+            partition = requested
+        else:
+            partition = partition_for_key(record.key, config.partitions) if record.key is not None else spread
+        if not 0 <= partition < config.partitions:
+            raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
+        groups.setdefault(partition, []).append((index, record))
+    loaded = {p: await broker.partition(topic, p) for p in groups}
+    if len(groups) == 1:  # the common case: no gather
+        ((partition, items),) = groups.items()
+        answers = [await loaded[partition].produce(bytearray(encode_batch([r for _, r in items])), durable=durable)]
+    else:
+        answers = await asyncio.gather(
+            *(
+                loaded[p].produce(bytearray(encode_batch([r for _, r in items])), durable=durable)
+                for p, items in groups.items()
+            )
+        )
+    results: list[dict[str, int] | None] = [None] * len(messages)
+    for (partition, items), answer in zip(groups.items(), answers, strict=True):
+        for position, (index, _record) in enumerate(items):
+            results[index] = {
+                "partition": partition,
+                "offset": answer.base_offset + position,
+                "durable_offset": answer.durable_offset,
+            }
+    metrics.produced(topic, len(messages), len(body))
+    return Reply(200, orjson.dumps({"results": results}))
+
+
+async def _produce_batches(broker: Broker, topic: str, partition: int, query: Mapping[str, str], body: bytes) -> Reply:
+    loaded = await broker.partition(topic, partition)
+    durable = query.get("acks", "durable") != "accepted"
+    try:
+        spans = [(pos, header.length, header.record_count) for pos, header in iter_batches(body, verify=False)]
+    except Exception as exc:
+        raise ApiError(400, "CORRUPT_BATCH", f"invalid record batch: {exc}") from None
+    if not spans:
+        raise ApiError(400, "INVALID_REQUEST", "the body holds no record batch")
+    answers: list[ProduceResult] = await asyncio.gather(
+        *(loaded.produce(bytearray(body[pos : pos + size]), durable=durable) for pos, size, _ in spans)
+    )
+    metrics.produced(topic, sum(count for *_, count in spans), len(body))
+    results = [
+        {
+            "partition": partition,
+            "offset": a.base_offset,
+            "count": a.next_offset - a.base_offset,
+            "durable_offset": a.durable_offset,
+        }
+        for a in answers
+    ]
+    return Reply(200, orjson.dumps({"results": results}))
+
+
+async def produce(
+    broker: Broker, topic: str, partition: int | None, headers: Mapping[str, str], query: Mapping[str, str], body: bytes
+) -> Reply:
+    """``POST /v1/topics/{t}/messages`` (partition None) and ``.../partitions/{p}/messages``."""
+    content_type = headers.get("content-type", "").split(";")[0].strip()
+    if partition is not None and content_type == BATCH_CONTENT_TYPE:
+        return await _produce_batches(broker, topic, partition, query, body)
+    return await _produce_json(broker, topic, partition, body)
+
+
+def _text_or_b64(name: str, data: bytes | None, into: dict[str, object]) -> None:
+    if data is None:
+        into[name] = None
+        return
+    try:
+        into[name] = data.decode()
+    except UnicodeDecodeError:
+        into[f"{name}_b64"] = base64.b64encode(data).decode()
+
+
+def _messages_json(batches: list[bytes | bytearray], offset: int, max_messages: int) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for batch in batches:
+        for position, _header in iter_batches(batch, verify=False):
+            for record in decode_records(batch, position, verify=False):
+                if record.offset < offset:
+                    continue
+                item: dict[str, object] = {"offset": record.offset, "timestamp": record.timestamp}
+                _text_or_b64("key", record.key, item)
+                _text_or_b64("value", record.value, item)
+                headers: dict[str, str | None] = {}
+                for name, value in record.headers:
+                    try:
+                        headers[name] = None if value is None else value.decode()
+                    except UnicodeDecodeError:
+                        headers[name] = base64.b64encode(value or b"").decode()
+                item["headers"] = headers
+                out.append(item)
+                if len(out) >= max_messages:
+                    return out
+    return out
+
+
+async def fetch(
+    broker: Broker, topic: str, partition: int, headers: Mapping[str, str], query: Mapping[str, str]
+) -> Reply:
+    """``GET /v1/topics/{t}/partitions/{p}/messages``."""
+    offset = int_param(query, "offset", None)
+    max_messages = int_param(query, "max_messages", 500, low=1, high=100_000)
+    max_bytes = int_param(query, "max_bytes", 1024 * 1024, low=1, high=64 * 1024 * 1024)
+    wait_ms = int_param(query, "wait_ms", 0, high=broker.config.max_wait_ms)
+    loaded = await broker.partition(topic, partition)
+    result = await loaded.fetch(offset, max_bytes, wait_ms)
+    metrics.fetched(topic, sum(len(b) for b in result.batches))
+    if BATCH_CONTENT_TYPE in headers.get("accept", ""):
+        marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
+        return Reply(200, b"".join(result.batches), BATCH_CONTENT_TYPE, marks)
+    messages = _messages_json(result.batches, offset, max_messages)
+    next_offset = int(messages[-1]["offset"]) + 1 if messages else offset  # type: ignore[call-overload]
+    body = {"messages": messages, "next_offset": next_offset, "high_watermark": result.high_watermark}
+    return Reply(200, orjson.dumps(body))
+
+
+async def offsets(broker: Broker, topic: str, partition: int, query: Mapping[str, str]) -> Reply:
+    """``GET /v1/topics/{t}/partitions/{p}/offsets[?timestamp=]``."""
+    loaded = await broker.partition(topic, partition)
+    answer = {"partition": partition, "earliest": loaded.log.start_offset, "latest": loaded.log.durable_offset}
+    if "timestamp" in query:
+        answer["offset"] = await loaded.offset_for_timestamp(int_param(query, "timestamp", None))
+    return Reply(200, orjson.dumps(answer))

@@ -13,6 +13,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
+from server import metrics
 from server.errors import ApiError
 from server.tailcache import PartitionTail
 from talos import BatchError, decode_records, iter_batches
@@ -170,9 +171,11 @@ class LoadedPartition:
             return FetchResult([], high, start)
         cached = self.tail.read(offset, max_bytes)
         if cached is not None:
-            return FetchResult(cached, high, self.log.start_offset)
+            metrics.read_from("cache")
+            return FetchResult(cached, high, start)
+        metrics.read_from("storage")
         data = await asyncio.get_running_loop().run_in_executor(self._executor, self.log.read, offset, max_bytes)
-        return FetchResult([data] if data else [], high, self.log.start_offset)
+        return FetchResult([data] if data else [], high, start)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose batch has a record at or after ``timestamp_ms`` (latest if none)."""

@@ -34,9 +34,10 @@ class PendingBatch(Generic[F]):
     partition: int
     created: float
     records: list[RecordData] = field(default_factory=list)
-    futures: list[F] = field(default_factory=list)
+    futures: list[F] = field(default_factory=list)  # the async producer's, one per record
     size: int = 0
     attempts: int = 0
+    outcome: object = None  # the sync producer's shared result for the whole batch
 
 
 class Accumulator(Generic[F]):
@@ -49,17 +50,21 @@ class Accumulator(Generic[F]):
         self._busy: set[tuple[str, int]] = set()
         self.buffered_bytes = 0
 
-    def add(self, topic: str, partition: int, record: RecordData, future: F, now: float) -> None:
+    def add(self, topic: str, partition: int, record: RecordData, now: float) -> PendingBatch[F]:
+        """Queue the record; returns its batch (the record is the batch's last)."""
         size = len(record.value or b"") + len(record.key or b"") + _RECORD_OVERHEAD
-        size += sum(len(k) + len(v or b"") for k, v in record.headers)
-        queue = self._queues.setdefault((topic, partition), deque())
+        if record.headers:
+            size += sum(len(k) + len(v or b"") for k, v in record.headers)
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = deque()
         if not queue or (queue[-1].size + size > self.batch_bytes and queue[-1].records):
             queue.append(PendingBatch(topic, partition, now))
         batch = queue[-1]
         batch.records.append(record)
-        batch.futures.append(future)
         batch.size += size
         self.buffered_bytes += size
+        return batch
 
     def ready(self, now: float, *, flushing: bool) -> list[PendingBatch[F]]:
         """Take the first batch of every idle partition that is full, old enough, or being flushed."""

@@ -166,6 +166,30 @@ def _get_bytes(buf: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos : pos + length]), pos + length
 
 
+def _uvarint_bytes(n: int) -> bytes:
+    out = bytearray()
+    _put_uvarint(out, n)
+    return bytes(out)
+
+
+# Varints of 0..16383 (one or two bytes), looked up instead of computed for every field of every record.
+_UVARINTS = [_uvarint_bytes(n) for n in range(1 << 14)]
+_NULL = _uvarint_bytes(1)  # zigzag(-1): no key / null value
+_NO_HEADERS = b"\x00"
+
+
+def _uvarint(n: int) -> bytes:
+    return _UVARINTS[n] if n < 16384 else _uvarint_bytes(n)
+
+
+def _zigzag(n: int) -> bytes:
+    return _uvarint((n << 1) ^ (n >> 63))
+
+
+def _field(data: bytes | None) -> bytes:
+    return _NULL if data is None else _uvarint(len(data) << 1)
+
+
 def encode_batch(
     records: Sequence[RecordData],
     *,
@@ -180,40 +204,39 @@ def encode_batch(
     now = int(time.time() * 1000)
     stamps = [now if r.timestamp is None else r.timestamp for r in records]
     first = stamps[0]
-    body = bytearray()
-    record = bytearray()
+    parts: list[bytes] = [b""]  # the header goes first, once its fields are known
+    append = parts.append
     for rec, stamp in zip(records, stamps, strict=True):
-        record.clear()
-        _put_varint(record, stamp - first)
-        _put_bytes(record, rec.key)
-        _put_bytes(record, rec.value)
-        _put_uvarint(record, len(rec.headers))
-        for name, value in rec.headers:
-            encoded = name.encode()
-            _put_uvarint(record, len(encoded))
-            record += encoded
-            _put_bytes(record, value)
-        _put_uvarint(body, len(record))
-        body += record
-    length = HEADER_SIZE + len(body)
+        key, value = rec.key, rec.value
+        if rec.headers:
+            tail = bytearray(_uvarint(len(rec.headers)))
+            for name, header_value in rec.headers:
+                encoded = name.encode()
+                tail += _uvarint(len(encoded))
+                tail += encoded
+                tail += _field(header_value)
+                if header_value is not None:
+                    tail += header_value
+            trailer = bytes(tail)
+        else:
+            trailer = _NO_HEADERS
+        head = _zigzag(stamp - first) + _field(key) + (key or b"") + _field(value)
+        size = len(head) + (len(value) if value is not None else 0) + len(trailer)
+        append(_uvarint(size))
+        append(head)
+        if value:
+            append(value)
+        append(trailer)
+    body_length = sum(len(part) for part in parts)
+    length = HEADER_SIZE + body_length
     if length > MAX_BATCH_LENGTH:
         raise ValueError("batch too large")
-    out = bytearray(HEADER_SIZE) + body
+    out = bytearray(HEADER_SIZE)
+    out += b"".join(parts)
     _HEADER.pack_into(
-        out,
-        0,
-        base_offset,
-        length,
-        MAGIC,
-        0,
-        0,
-        len(records),
-        first,
-        max(stamps),
-        producer_id,
-        producer_epoch,
-        base_sequence,
-    )
+        out, 0, base_offset, length, MAGIC, 0, 0, len(records), first, max(stamps),
+        producer_id, producer_epoch, base_sequence,
+    )  # fmt: skip
     struct.pack_into(">I", out, 13, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
 

@@ -20,6 +20,7 @@ from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
 from talos._codec import RecordData, encode_batch
 from talos._errors import ApiError, NotFoundError, TalosError, TransportError
+from talos._futures import BatchOutcome, RecordFuture
 from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
 
 __all__ = ["AsyncProducer", "Producer", "ProducerClosedError"]
@@ -91,9 +92,7 @@ class Producer:
         self.url = url.rstrip("/")
         self._transport = transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s)
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
-        self._acc: Accumulator[concurrent.futures.Future[RecordMetadata]] = Accumulator(
-            batch_bytes=batch_bytes, linger_s=linger_ms / 1000
-        )
+        self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
         self._buffer_bytes = buffer_bytes
         self._backoff_s = retry_backoff_ms / 1000
@@ -124,20 +123,32 @@ class Producer:
         headers: Headers = None,
         partition: int | None = None,
         timestamp: int | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue one record; the future gives its :class:`RecordMetadata` once stored (or the error)."""
-        record = _record(value, key, headers, timestamp)
-        count = self.partitions_for(topic)
-        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+    ) -> RecordFuture:
+        """Queue one record; the future gives its :class:`RecordMetadata` once stored (or the error).
+
+        The future has the calls of ``concurrent.futures.Future``: ``result()``, ``exception()``,
+        ``done()``, ``add_done_callback()``.
+        """
+        record = (
+            _record(value, key, headers, timestamp)
+            if headers or isinstance(value, str) or isinstance(key, str)
+            else RecordData(value, key, (), timestamp)
+        )
+        count = self._partitions.get(topic) or self.partitions_for(topic)
         with self._cond:
             if self._closed:
                 raise ProducerClosedError("the producer is closed")
             while self._acc.buffered_bytes >= self._buffer_bytes:  # back-pressure: wait for room
                 self._cond.wait(0.1)
             chosen = choose_partition(record.key, partition, count, self._sticky, topic)
-            self._acc.add(topic, chosen, record, future, time.monotonic())
-            self._cond.notify_all()
-        return future
+            batch = self._acc.add(topic, chosen, record, time.monotonic())
+            if batch.outcome is None:
+                batch.outcome = BatchOutcome(topic, chosen)
+                self._cond.notify()  # a new batch: the sender starts its linger clock
+            elif batch.size >= self._acc.batch_bytes:
+                self._cond.notify()  # full: send now
+            assert isinstance(batch.outcome, BatchOutcome)
+            return RecordFuture(batch.outcome, len(batch.records) - 1)
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record sent so far is acknowledged or failed."""
@@ -184,7 +195,7 @@ class Producer:
                 wait = self._acc.next_deadline(time.monotonic())
                 self._cond.wait(wait if wait is not None else 0.5)
 
-    def _send(self, batch: PendingBatch[concurrent.futures.Future[RecordMetadata]]) -> None:
+    def _send(self, batch: PendingBatch[None]) -> None:
         while True:
             error: BaseException | None = None
             base = 0
@@ -205,11 +216,8 @@ class Producer:
                 time.sleep(_backoff(batch, self._backoff_s, error))
                 continue  # the partition stays busy meanwhile: order holds
             break
-        for index, future in enumerate(batch.futures):
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(RecordMetadata(batch.topic, batch.partition, base + index))
+        assert isinstance(batch.outcome, BatchOutcome)
+        batch.outcome.resolve(base, error)
         with self._cond:
             if isinstance(error, NotFoundError):
                 self._partitions.pop(batch.topic, None)
@@ -277,7 +285,7 @@ class AsyncProducer:
         count = await self.partitions_for(topic)
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         chosen = choose_partition(record.key, partition, count, self._sticky, topic)
-        self._acc.add(topic, chosen, record, future, time.monotonic())
+        self._acc.add(topic, chosen, record, time.monotonic()).futures.append(future)
         if self._runner is None:
             self._runner = asyncio.get_running_loop().create_task(self._run())
         self._idle.clear()

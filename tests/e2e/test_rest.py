@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -267,3 +269,30 @@ def test_health_metrics_and_openapi(server: StandaloneServer, topic_name: str) -
         assert method in paths[path], (path, method)
     assert "requestBody" in paths["/v1/topics/{topic}/messages"]["post"]
     assert call(server, "GET", "/docs")[0] == 200
+
+
+def _reads(server: StandaloneServer) -> dict[str, float]:
+    text = call(server, "GET", "/metrics")[1].decode()
+    found = dict(re.findall(r'^talos_fetch_reads_total\{source="(\w+)"\} ([\d.]+)$', text, re.M))
+    return {source: float(found.get(source, 0)) for source in ("cache", "storage")}
+
+
+def test_fetches_of_recent_data_come_from_memory(tmp_path: Path) -> None:
+    """Fresh data is served by the tail cache; after a restart (empty cache) the same fetch reads storage."""
+    server = StandaloneServer(tmp_path / "data")
+    try:
+        server.start()
+        create(server, "hot")
+        call(server, "POST", "/v1/topics/hot/messages", {"messages": [{"value": f"m{i}"} for i in range(10)]})
+        before = _reads(server)
+        for offset in range(10):
+            assert call(server, "GET", f"/v1/topics/hot/partitions/0/messages?offset={offset}")[0] == 200
+        after = _reads(server)
+        assert (after["cache"] - before["cache"], after["storage"] - before["storage"]) == (10, 0)
+        server.stop()
+        server.start()
+        _status, body = call(server, "GET", "/v1/topics/hot/partitions/0/messages?offset=3")
+        assert [m["value"] for m in body["messages"]] == [f"m{i}" for i in range(3, 10)]
+        assert _reads(server)["storage"] == 1
+    finally:
+        server.stop()

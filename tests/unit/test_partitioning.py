@@ -31,11 +31,11 @@ def test_slot_ranges_tile_all_slots(partitions: int) -> None:
 def test_accumulator_batches_by_size_and_linger_one_partition_at_a_time() -> None:
     acc: Accumulator[int] = Accumulator(batch_bytes=120, linger_s=1.0)
     for i in range(3):  # 40 bytes + 16 of overhead each: two fit in a batch, the third starts the next
-        acc.add("t", 0, RecordData(b"x" * 40), i, now=0.0)
-    acc.add("t", 1, RecordData(b"y"), 9, now=0.0)
+        acc.add("t", 0, RecordData(b"x" * 40), now=0.0).futures.append(i)
+    acc.add("t", 1, RecordData(b"y"), now=0.0).futures.append(9)
     ready = acc.ready(0.1, flushing=False)  # partition 0 has a closed batch; partition 1 lingers
     assert [(b.partition, b.futures) for b in ready] == [(0, [0, 1])]
-    acc.add("t", 0, RecordData(b"x" * 40), 3, now=0.2)
+    acc.add("t", 0, RecordData(b"x" * 40), now=0.2).futures.append(3)
     assert acc.ready(0.2, flushing=False) == []  # partition 0 is busy until done()
     acc.done(ready[0])
     assert acc.ready(0.3, flushing=False) == []  # [2, 3] is neither full nor old enough yet
@@ -46,7 +46,7 @@ def test_accumulator_batches_by_size_and_linger_one_partition_at_a_time() -> Non
 
 def test_flush_makes_everything_ready() -> None:
     acc: Accumulator[int] = Accumulator(batch_bytes=10_000, linger_s=60.0)
-    acc.add("t", 0, RecordData(b"a"), 1, now=0.0)
+    acc.add("t", 0, RecordData(b"a"), now=0.0).futures.append(1)
     assert acc.ready(0.0, flushing=False) == []
     assert acc.next_deadline(0.0) == pytest.approx(60.0)
     (batch,) = acc.ready(0.0, flushing=True)

@@ -27,7 +27,7 @@ from server import messages, metrics
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response
-from server.fastpath import FastPath
+from server.fastpath import FastPath, read_body
 from server.messages import BATCH_CONTENT_TYPE, Reply
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
 
@@ -88,17 +88,7 @@ _PRODUCE_SCHEMA: dict[str, Any] = {
 
 
 async def read_request_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {length} bytes; the limit is {limit}")
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "REQUEST_TOO_LARGE", f"request body over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await read_body(request.receive, limit, request.headers.get("content-length"))
 
 
 def as_response(reply: Reply) -> Response:

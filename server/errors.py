@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from starlette.responses import Response
 
-__all__ = ["ApiError", "error_response"]
+__all__ = ["ApiError", "error_body", "error_response"]
 
 
 class ApiError(Exception):
@@ -30,9 +30,11 @@ class ApiError(Exception):
         self.details = details or {}
 
 
-def error_response(error: ApiError) -> Response:
+def error_body(error: ApiError) -> bytes:
     body: dict[str, object] = {"code": error.code, "message": error.message, "retriable": error.retriable}
     body.update(error.details)
-    return Response(
-        orjson.dumps({"error": body}), status_code=error.status, headers=error.headers, media_type="application/json"
-    )
+    return orjson.dumps({"error": body})
+
+
+def error_response(error: ApiError) -> Response:
+    return Response(error_body(error), status_code=error.status, headers=error.headers, media_type="application/json")

@@ -14,15 +14,13 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-import orjson
-
 from fencing import OffsetOutOfRangeError
 from server import messages
 from server.broker import Broker
-from server.errors import ApiError
+from server.errors import ApiError, error_body
 from server.messages import Reply
 
-__all__ = ["FastPath"]
+__all__ = ["FastPath", "read_body"]
 
 log = logging.getLogger("talos.server")
 Scope = MutableMapping[str, Any]
@@ -32,13 +30,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _error(error: ApiError) -> Reply:
-    body: dict[str, object] = {"code": error.code, "message": error.message, "retriable": error.retriable}
-    body.update(error.details)
-    return Reply(error.status, orjson.dumps({"error": body}), headers=error.headers)
+    return Reply(error.status, error_body(error), headers=error.headers)
 
 
-async def _read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
-    if declared is not None and declared > limit:
+async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
+    """The whole request body, refusing (413) more than ``limit`` bytes before reading them all."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {declared} bytes; the limit is {limit}")
     chunks = []
     size = 0
@@ -98,10 +95,7 @@ class FastPath:
         try:
             broker = self._broker()
             if kind == "produce":
-                declared = headers.get("content-length")
-                body = await _read_body(
-                    receive, broker.config.max_request_bytes, int(declared) if declared and declared.isdigit() else None
-                )
+                body = await read_body(receive, broker.config.max_request_bytes, headers.get("content-length"))
                 reply = await messages.produce(broker, topic, partition, headers, query, body)
             elif kind == "fetch":
                 assert partition is not None

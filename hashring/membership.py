@@ -1,0 +1,63 @@
+"""Delayed reassignment (Xiaomi Talos): who should be in the ring, as a pure function of time.
+
+A live server joins the ring once it has been up for ``join_delay``; a ring member whose registration
+(ephemeral node) is gone leaves only after ``reassign_delay``, so a restart inside the delay moves
+nothing. Any server may compute this and publish the result (CAS on the versioned ring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hashring.ring import DEFAULT_VNODES, Ring
+
+__all__ = ["MembershipChange", "next_members"]
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    members: dict[str, int]  # the ring's members after the change
+    added: frozenset[str]
+    removed: frozenset[str]
+    next_check_in: float | None  # seconds until a pending join or removal becomes due (None: nothing pending)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.removed)
+
+
+def next_members(
+    ring: Ring,
+    live_since: Mapping[str, float],
+    missing_since: Mapping[str, float],
+    now: float,
+    *,
+    join_delay: float,
+    reassign_delay: float,
+    vnodes: int = DEFAULT_VNODES,
+) -> MembershipChange:
+    """``live_since``: registered servers → when they registered. ``missing_since``: ring members without a
+    registration → since when they have been seen missing (the caller remembers first sightings)."""
+    members = dict(ring.members)
+    waits: list[float] = []
+    added = set()
+    for server, since in live_since.items():
+        if server in members:
+            continue
+        if now - since >= join_delay:
+            members[server] = vnodes
+            added.add(server)
+        else:
+            waits.append(join_delay - (now - since))
+    removed = set()
+    for member in list(members):
+        if member in live_since or member in added:
+            continue
+        since = missing_since.get(member, now)
+        if now - since >= reassign_delay:
+            del members[member]
+            removed.add(member)
+        else:
+            waits.append(reassign_delay - (now - since))
+    return MembershipChange(members, frozenset(added), frozenset(removed), min(waits) if waits else None)

@@ -1,0 +1,12 @@
+"""ZooKeeper paths of a Talos cluster (under an optional chroot given in the connection string)."""
+
+from __future__ import annotations
+
+ROOT = "/talos"
+SERVERS = f"{ROOT}/servers"
+RING = f"{ROOT}/ring"
+PARTITIONS = f"{ROOT}/partitions"
+
+
+def partition(topic: str, index: int) -> str:
+    return f"{PARTITIONS}/{topic}/{index}"

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
@@ -46,8 +47,16 @@ def _decode(topic: str, partition: int, data: bytes, position: int) -> list[Mess
     return out
 
 
-def _fetch_path(topic: str, partition: int) -> str:
-    return f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/messages"
+def _fetch_request(
+    url: str, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int, timeout: float
+) -> dict[str, Any]:
+    """Keyword arguments of the transport call for one fetch (both twins)."""
+    return {
+        "url": f"{url}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/messages",
+        "params": {"offset": offset, "max_bytes": max_bytes, "wait_ms": wait_ms},
+        "headers": _ACCEPT,
+        "timeout": timeout + wait_ms / 1000,
+    }
 
 
 class _Positions:
@@ -65,6 +74,20 @@ class _Positions:
     def advance(self, key: tuple[str, int], messages: list[Message]) -> None:
         if messages:
             self.next[key] = messages[-1].offset + 1
+
+    def take(self, topic: str, partition: int, offset: int, response: Response) -> list[Message]:
+        """The messages of a fetch answer, moving the position past them (both twins)."""
+        key = (topic, partition)
+        try:
+            check(response)
+        except OffsetOutOfRangeError as error:
+            self.reset(key, error)
+            return []
+        if self.next.get(key) != offset:  # seeked while the fetch was in flight
+            return []
+        messages = _decode(topic, partition, response.body, offset)
+        self.advance(key, messages)
+        return messages
 
     def reset(self, key: tuple[str, int], error: OffsetOutOfRangeError) -> None:
         target = error.earliest if self.next[key] < error.earliest else error.latest
@@ -137,26 +160,9 @@ class Consumer:
             self.seek(topic, partition, self._admin.offsets(topic, partition, timestamp=timestamp_ms)["offset"])
 
     def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        key = (topic, partition)
         offset = self.position(topic, partition)
-        params: dict[str, str | int] = {"offset": offset, "max_bytes": self._max_bytes, "wait_ms": wait_ms}
-        response: Response = self._transport.request(
-            "GET",
-            self.url + _fetch_path(topic, partition),
-            params=params,
-            headers=_ACCEPT,
-            timeout=self._timeout + wait_ms / 1000,
-        )
-        try:
-            check(response)
-        except OffsetOutOfRangeError as error:
-            self._positions.reset(key, error)
-            return []
-        if self._positions.next.get(key) != offset:  # seeked meanwhile
-            return []
-        messages = _decode(topic, partition, response.body, offset)
-        self._positions.advance(key, messages)
-        return messages
+        request = _fetch_request(self.url, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
+        return self._positions.take(topic, partition, offset, self._transport.request("GET", **request))
 
     def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         """Messages from any assigned partition, waiting up to ``timeout`` seconds for some to arrive."""
@@ -245,26 +251,9 @@ class AsyncConsumer:
         self._positions.next[(topic, partition)] = offset
 
     async def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        key = (topic, partition)
         offset = await self.position(topic, partition)
-        params: dict[str, str | int] = {"offset": offset, "max_bytes": self._max_bytes, "wait_ms": wait_ms}
-        response = await self._transport.request(
-            "GET",
-            self.url + _fetch_path(topic, partition),
-            params=params,
-            headers=_ACCEPT,
-            timeout=self._timeout + wait_ms / 1000,
-        )
-        try:
-            check(response)
-        except OffsetOutOfRangeError as error:
-            self._positions.reset(key, error)
-            return []
-        if self._positions.next.get(key) != offset:
-            return []
-        messages = _decode(topic, partition, response.body, offset)
-        self._positions.advance(key, messages)
-        return messages
+        request = _fetch_request(self.url, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
+        return self._positions.take(topic, partition, offset, await self._transport.request("GET", **request))
 
     async def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         deadline = time.monotonic() + timeout

@@ -13,7 +13,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose_partition
@@ -57,6 +57,33 @@ def _retriable(error: BaseException) -> bool:
 def _backoff(batch: PendingBatch[Any], base_s: float, error: BaseException) -> float:
     hinted = error.retry_after if isinstance(error, ApiError) and error.retry_after else 0.0
     return float(max(min(base_s * 2 ** min(batch.attempts, 6), 5.0), hinted))
+
+
+class _SenderSettings(Protocol):
+    url: str
+    _params: dict[str, str]
+    _backoff_s: float
+    _delivery_timeout_s: float
+    _request_timeout_s: float
+
+
+def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dict[str, Any]:
+    """Keyword arguments of the transport call that sends ``batch`` (both twins)."""
+    return {
+        "url": producer.url + _path(batch.topic, batch.partition),
+        "params": producer._params,
+        "body": encode_batch(batch.records),
+        "headers": _BATCH_HEADERS,
+        "timeout": producer._request_timeout_s,
+    }
+
+
+def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: BaseException | None) -> float | None:
+    """Seconds to wait before sending ``batch`` again, or None when it is answered (stored or failed)."""
+    if error is None or not _retriable(error) or time.monotonic() - batch.created >= producer._delivery_timeout_s:
+        return None
+    batch.attempts += 1
+    return _backoff(batch, producer._backoff_s, error)
 
 
 def _offsets(response: Response) -> int:
@@ -200,20 +227,12 @@ class Producer:
             error: BaseException | None = None
             base = 0
             try:
-                response = self._transport.request(
-                    "POST",
-                    self.url + _path(batch.topic, batch.partition),
-                    params=self._params,
-                    body=encode_batch(batch.records),
-                    headers=_BATCH_HEADERS,
-                    timeout=self._request_timeout_s,
-                )
-                base = _offsets(response)
+                base = _offsets(self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
-            if error is not None and _retriable(error) and time.monotonic() - batch.created < self._delivery_timeout_s:
-                batch.attempts += 1
-                time.sleep(_backoff(batch, self._backoff_s, error))
+            delay = _retry_delay(self, batch, error)
+            if delay is not None:
+                time.sleep(delay)
                 continue  # the partition stays busy meanwhile: order holds
             break
         assert isinstance(batch.outcome, BatchOutcome)
@@ -336,20 +355,12 @@ class AsyncProducer:
             error: BaseException | None = None
             base = 0
             try:
-                response = await self._transport.request(
-                    "POST",
-                    self.url + _path(batch.topic, batch.partition),
-                    params=self._params,
-                    body=encode_batch(batch.records),
-                    headers=_BATCH_HEADERS,
-                    timeout=self._request_timeout_s,
-                )
-                base = _offsets(response)
+                base = _offsets(await self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
-            if error is not None and _retriable(error) and time.monotonic() - batch.created < self._delivery_timeout_s:
-                batch.attempts += 1
-                await asyncio.sleep(_backoff(batch, self._backoff_s, error))
+            delay = _retry_delay(self, batch, error)
+            if delay is not None:
+                await asyncio.sleep(delay)
                 continue  # the partition stays busy: order holds
             break
         if isinstance(error, NotFoundError):

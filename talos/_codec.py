@@ -124,18 +124,6 @@ def _put_uvarint(out: bytearray, n: int) -> None:
     out.append(n)
 
 
-def _put_varint(out: bytearray, n: int) -> None:
-    _put_uvarint(out, (n << 1) ^ (n >> 63))
-
-
-def _put_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        _put_varint(out, -1)
-    else:
-        _put_varint(out, len(data))
-        out += data
-
-
 def _get_uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
     result = 0
     shift = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from server.coordination.epochs import StaleRingError, ZkEpochSource
 from server.coordination.registry import LiveServer, ServerRegistry
+from server.coordination.ringkeeper import RingKeeper
 from server.coordination.ringstore import RingStore
 
-__all__ = ["LiveServer", "RingStore", "ServerRegistry", "StaleRingError", "ZkEpochSource"]
+__all__ = ["LiveServer", "RingKeeper", "RingStore", "ServerRegistry", "StaleRingError", "ZkEpochSource"]

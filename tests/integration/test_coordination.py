@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 
 from fencing import DirectoryEpochSource, PartitionLog, open_storage
 from hashring import Ring
-from server.coordination import RingStore, ServerRegistry, StaleRingError, ZkEpochSource
+from server.coordination import RingKeeper, RingStore, ServerRegistry, StaleRingError, ZkEpochSource
 from talos import RecordData, encode_batch
 from talos.devservices import ZooKeeperServer
 
@@ -117,3 +117,65 @@ def test_ring_publication_is_compare_and_set(connect: Connect) -> None:
     assert b.publish(current.with_members({"s1": 160, "s2": 160}), version)
     assert not a.publish(Ring.of(["s3"], version=2), version)  # a still holds the old version
     assert set(a.read()[0].members) == {"s1", "s2"}
+
+
+def wait_for_ring(keeper: RingKeeper, members: set[str], timeout: float = 10.0) -> Ring:
+    deadline = time.monotonic() + timeout
+    while True:
+        ring = keeper.tick()
+        if set(ring.members) == members or time.monotonic() > deadline:
+            return ring
+        time.sleep(0.05)
+
+
+def test_delayed_reassignment_on_the_real_zookeeper(connect: Connect) -> None:
+    servers = {name: connect() for name in ("s1", "s2", "s3")}
+    for name, client in servers.items():
+        ServerRegistry(client).register(name, f"http://{name}")
+    keeper = RingKeeper(connect(), join_delay=0.5, reassign_delay=1.5)
+    started = time.monotonic()
+    assert keeper.tick().members == {}  # nobody has been up for join_delay yet
+    ring = wait_for_ring(keeper, {"s1", "s2", "s3"})
+    assert set(ring.members) == {"s1", "s2", "s3"}
+    assert time.monotonic() - started >= 0.4
+
+    # s2 restarts within reassign_delay: the ring does not change at all
+    servers["s2"].stop()
+    time.sleep(0.3)
+    assert keeper.tick() == ring
+    servers["s2"] = connect()
+    ServerRegistry(servers["s2"]).register("s2", "http://s2")
+    time.sleep(1.6)  # past the delay, but s2 is back
+    assert keeper.tick() == ring
+
+    # s3 is gone for good: it leaves only once reassign_delay has passed
+    servers["s3"].stop()
+    gone_at = time.monotonic()
+    assert "s3" in keeper.tick().members
+    shrunk = wait_for_ring(keeper, {"s1", "s2"})
+    assert set(shrunk.members) == {"s1", "s2"}
+    assert time.monotonic() - gone_at >= 1.4
+    assert shrunk.version == ring.version + 1
+
+
+def test_concurrent_keepers_agree_on_one_ring(connect: Connect) -> None:
+    for name in ("a", "b", "c", "d"):
+        ServerRegistry(connect()).register(name, f"http://{name}")
+    keepers = [RingKeeper(connect(), join_delay=0.0, reassign_delay=60) for _ in range(4)]
+    rings: list[Ring] = []
+    lock = threading.Lock()
+
+    def run(keeper: RingKeeper) -> None:
+        ring = keeper.tick()
+        with lock:
+            rings.append(ring)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in keepers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(set(r.members) == {"a", "b", "c", "d"} for r in rings)
+    final, _ = RingStore(connect()).read()
+    assert set(final.members) == {"a", "b", "c", "d"}
+    assert {r.version for r in rings} == {final.version}  # one publication won; the others read it

@@ -1,0 +1,69 @@
+"""Leaderless ring maintenance: every server runs ``tick()`` now and then; CAS keeps one ring.
+
+Members join once registered for ``join_delay`` and leave once unregistered for ``reassign_delay``
+(``hashring.next_members``). A server remembers since when it has seen each member missing, so the
+member leaves once the earliest observer's delay is over: never sooner than ``reassign_delay`` after it
+disappeared. Registration times are ZooKeeper's (ctime), the same for every observer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+
+from hashring import DEFAULT_VNODES, Ring, next_members
+from server.coordination.registry import ServerRegistry
+from server.coordination.ringstore import RingStore
+
+__all__ = ["RingKeeper"]
+
+
+class RingKeeper:
+    def __init__(
+        self,
+        zk: KazooClient,
+        *,
+        join_delay: float,
+        reassign_delay: float,
+        vnodes: int = DEFAULT_VNODES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._registry = ServerRegistry(zk)
+        self._store = RingStore(zk)
+        self._join_delay = join_delay
+        self._reassign_delay = reassign_delay
+        self._vnodes = vnodes
+        self._clock = clock
+        self._missing_since: dict[str, float] = {}
+
+    def tick(self) -> Ring:
+        """Bring the ring up to date with the registrations; returns the ring now in force."""
+        for _attempt in range(10):
+            live = self._registry.live()
+            ring, version = self._store.read()
+            now = self._clock()
+            for member in ring.members:
+                if member in live:
+                    self._missing_since.pop(member, None)
+                else:
+                    self._missing_since.setdefault(member, now)
+            for gone in set(self._missing_since) - set(ring.members):
+                del self._missing_since[gone]
+            change = next_members(
+                ring,
+                {server: info.since for server, info in live.items()},
+                self._missing_since,
+                now,
+                join_delay=self._join_delay,
+                reassign_delay=self._reassign_delay,
+                vnodes=self._vnodes,
+            )
+            if not change.changed:
+                return ring
+            proposal = ring.with_members(change.members)
+            if self._store.publish(proposal, version):
+                return proposal
+            # another server changed the ring meanwhile: look again
+        return self._store.read()[0]

@@ -26,7 +26,7 @@ from fencing import OffsetOutOfRangeError
 from server import messages, metrics
 from server.broker import Broker
 from server.config import ServerConfig
-from server.errors import ApiError, error_response
+from server.errors import ApiError, error_response, out_of_range
 from server.fastpath import FastPath, read_body
 from server.messages import BATCH_CONTENT_TYPE, Reply
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
@@ -145,10 +145,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return error_response(ApiError(exc.status_code, code, str(exc.detail)))
 
     @app.exception_handler(OffsetOutOfRangeError)
-    async def out_of_range(_request: Request, exc: OffsetOutOfRangeError) -> Response:
-        return error_response(
-            ApiError(416, "OFFSET_OUT_OF_RANGE", str(exc), details={"earliest": exc.earliest, "latest": exc.latest})
-        )
+    async def offset_out_of_range(_request: Request, exc: OffsetOutOfRangeError) -> Response:
+        return error_response(out_of_range(exc))
 
     @app.exception_handler(Exception)
     async def unexpected(_request: Request, exc: Exception) -> Response:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import orjson
 from starlette.responses import Response
 
-__all__ = ["ApiError", "error_body", "error_response"]
+from fencing import OffsetOutOfRangeError
+
+__all__ = ["ApiError", "error_body", "error_response", "out_of_range"]
 
 
 class ApiError(Exception):
@@ -28,6 +30,13 @@ class ApiError(Exception):
         self.retriable = retriable
         self.headers = headers or {}
         self.details = details or {}
+
+
+def out_of_range(error: OffsetOutOfRangeError) -> ApiError:
+    """416 with the partition's bounds, so a client can move to a valid offset."""
+    return ApiError(
+        416, "OFFSET_OUT_OF_RANGE", str(error), details={"earliest": error.earliest, "latest": error.latest}
+    )
 
 
 def error_body(error: ApiError) -> bytes:

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 from fencing import OffsetOutOfRangeError
 from server import messages
 from server.broker import Broker
-from server.errors import ApiError, error_body
+from server.errors import ApiError, error_body, out_of_range
 from server.messages import Reply
 
 __all__ = ["FastPath", "read_body"]
@@ -106,8 +106,7 @@ class FastPath:
         except ApiError as exc:
             reply = _error(exc)
         except OffsetOutOfRangeError as exc:
-            details: dict[str, object] = {"earliest": exc.earliest, "latest": exc.latest}
-            reply = _error(ApiError(416, "OFFSET_OUT_OF_RANGE", str(exc), details=details))
+            reply = _error(out_of_range(exc))
         except ConnectionResetError:
             return
         except Exception as exc:

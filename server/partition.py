@@ -40,6 +40,7 @@ class _Request:
     batch: bytearray
     durable: bool
     future: asyncio.Future[ProduceResult]
+    verify: bool = True  # False for batches the server encoded itself (the JSON path): no second CRC pass
     offsets: tuple[int, int] | None = None
     error: Exception | None = field(default=None)
 
@@ -87,9 +88,9 @@ class LoadedPartition:
 
     # ---------------------------------------------------------------- produce
 
-    async def produce(self, batch: bytearray, *, durable: bool = True) -> ProduceResult:
+    async def produce(self, batch: bytearray, *, durable: bool = True, verify: bool = True) -> ProduceResult:
         loop = asyncio.get_running_loop()
-        request = _Request(batch, durable, loop.create_future())
+        request = _Request(batch, durable, loop.create_future(), verify)
         self._queue.append(request)
         if not self._committing:
             self._committing = True
@@ -134,7 +135,7 @@ class LoadedPartition:
         """In an I/O thread: append every request, one flush for all. Returns the durable offset."""
         for request in group:
             try:
-                request.offsets = self.log.append(request.batch)
+                request.offsets = self.log.append(request.batch, verify=request.verify)
             except BatchError as exc:
                 request.error = exc
                 continue

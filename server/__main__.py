@@ -1,4 +1,4 @@
-"""``python -m server standalone``: one Talos node (what ``talos standalone`` runs)."""
+"""``python -m server standalone|server``: what ``talos standalone`` and ``talos server`` run."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 import uvicorn
 
@@ -29,31 +30,88 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1; env TALOS_HOST)")
+    parser.add_argument("--port", type=int, help="port (default 8080; env TALOS_PORT)")
+    parser.add_argument("--config", help="TOML file ([server] table); env TALOS_CONFIG")
+    parser.add_argument("--group-commit", choices=["on", "off"], help="one flush per partition for all queued requests")
+    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m server")
+    parser = argparse.ArgumentParser(prog="python -m server", description="Run a Talos server.")
     commands = parser.add_subparsers(dest="command", required=True)
     standalone = commands.add_parser("standalone", help="one node on local storage (or --storage hdfs://...)")
-    standalone.add_argument("--host")
-    standalone.add_argument("--port", type=int)
+    _common(standalone)
     standalone.add_argument("--data-dir", help="local data directory (default ./talos-data)")
     standalone.add_argument("--storage", help="file:///path or hdfs://host:port/path (instead of --data-dir)")
-    standalone.add_argument("--config", help="TOML file ([server] table); env TALOS_CONFIG")
-    standalone.add_argument("--group-commit", choices=["on", "off"])
-    standalone.add_argument("--log-format", choices=["json", "text"], default="json")
+    member = commands.add_parser(
+        "server",
+        prog="talos server",
+        help="a cluster member: ZooKeeper for ownership, shared storage for data",
+        description=(
+            "A cluster member. Servers share one storage (HDFS, or a directory every server can reach) and "
+            "agree through ZooKeeper on who owns each partition: the versioned ring in /talos/ring. Any server "
+            "answers any request (forwarding to the owner); the SDK sends straight to owners. Every option "
+            "can also be set as TALOS_<NAME> in the environment or in the TOML file."
+        ),
+    )
+    _common(member)
+    member.add_argument("--zk", help="ZooKeeper: HOST:PORT[,HOST:PORT...][/chroot] (env TALOS_ZK)")
+    member.add_argument("--storage", help="hdfs://host:port/path or file:///shared/path (env TALOS_STORAGE)")
+    member.add_argument("--advertised-url", help="URL other servers and clients use (default http://HOST:PORT)")
+    member.add_argument("--server-id", help="stable id, kept across restarts (default HOSTNAME-PORT)")
+    member.add_argument("--zk-session-timeout", type=_seconds, help="seconds (default 10)")
+    member.add_argument("--join-delay", type=_seconds, help="seconds a new server waits to join the ring (5)")
+    member.add_argument(
+        "--reassign-delay", type=_seconds, help="seconds before a vanished server's partitions move (30)"
+    )
+    member.add_argument(
+        "--leave-on-shutdown",
+        action="store_true",
+        default=None,
+        help="on SIGTERM leave the ring so partitions move at once (default: stay, as for a rolling restart)",
+    )
     args = parser.parse_args(argv)
 
-    storage = args.storage or args.data_dir
     group_commit = None if args.group_commit is None else args.group_commit == "on"
+    flags: dict[str, Any] = {"host": args.host, "port": args.port, "group_commit": group_commit}
+    if args.command == "standalone":
+        flags["storage"] = args.storage or args.data_dir
+    else:
+        flags.update(
+            storage=args.storage,
+            zk=args.zk,
+            advertised_url=args.advertised_url,
+            server_id=args.server_id,
+            zk_session_timeout_s=args.zk_session_timeout,
+            join_delay_s=args.join_delay,
+            reassign_delay_s=args.reassign_delay,
+            leave_on_shutdown=args.leave_on_shutdown,
+        )
     try:
-        config = load_config(args.config, host=args.host, port=args.port, storage=storage, group_commit=group_commit)
+        config = load_config(args.config, **flags)
+        if args.command == "server":
+            config.validate_cluster()
+        elif config.clustered:
+            raise ValueError("standalone does not use ZooKeeper: unset TALOS_ZK or run `talos server`")
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     handler = logging.StreamHandler(sys.stderr)
     if args.log_format == "json":
         handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler], force=True)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    what = f"server {config.member_id} (ZooKeeper {config.zk})" if config.clustered else "standalone"
     print(
-        f"talos standalone on http://{config.host}:{config.port} (storage {config.storage}; docs at /docs)",
+        f"talos {what} on http://{config.host}:{config.port} (storage {config.storage}; docs at /docs)",
         file=sys.stderr,
         flush=True,
     )

@@ -28,7 +28,8 @@ from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
 from server.fastpath import FastPath, read_body
-from server.messages import BATCH_CONTENT_TYPE, Reply
+from server.messages import BATCH_CONTENT_TYPE
+from server.reply import Reply
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
 
 __all__ = ["create_app", "create_asgi"]
@@ -106,13 +107,16 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        broker = Broker(config)
+        broker = await Broker.start(config)
         broker_holder["broker"] = broker
         app.state.broker = broker
         maintenance = asyncio.get_running_loop().create_task(_maintain(broker))
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
-        log.info("talos serving storage %s", config.storage)
+        if broker.cluster is not None:
+            log.info("server %s at %s: storage %s, zk %s", config.member_id, config.url, config.storage, config.zk)
+        else:
+            log.info("talos serving storage %s", config.storage)
         try:
             yield
         finally:
@@ -159,13 +163,42 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], summary="Readiness: storage reachable")
+    @app.get("/readyz", tags=["health"], summary="Readiness: storage reachable (and registered, in a cluster)")
     async def readyz() -> Response:
         try:
             await asyncio.get_running_loop().run_in_executor(broker().executor, broker().fs.exists, broker().root)
         except Exception as exc:
             return error_response(ApiError(503, "NOT_READY", f"storage unreachable: {exc}", retriable=True))
+        cluster = broker().cluster
+        if cluster is not None and not (cluster.registered and cluster.zk.connected):
+            return error_response(ApiError(503, "NOT_READY", "not registered in ZooKeeper", retriable=True))
         return _json({"status": "ready"})
+
+    # ---------------------------------------------------------------- cluster
+
+    @app.get("/v1/cluster", tags=["cluster"], summary="Servers, the ring's version and members")
+    async def cluster() -> Response:
+        member = broker().cluster
+        if member is None:
+            url = broker().config.url
+            me = {"id": config.member_id, "url": url, "registered": True, "in_ring": True, "vnodes": None}
+            return _json({"mode": "standalone", "server_id": config.member_id, "url": url, "servers": [me]})
+        return _json(member.describe())
+
+    @app.get("/v1/routes", tags=["cluster"], summary="Partition → owner URL (for client-side addressing)")
+    async def routes(topic: str | None = None) -> Response:
+        b = broker()
+        topics = [b.topic(topic)] if topic is not None else b.list_topics()
+        table: dict[str, list[dict[str, object]]] = {}
+        for described in topics:
+            entries = []
+            for index in range(described.partitions):
+                owner = b.owner(described.name, index)
+                entries.append({"partition": index, "owner": owner.server_id, "url": owner.url})
+            table[described.name] = entries
+        ring_version = b.cluster.ring.version if b.cluster is not None else 0
+        mode = "cluster" if b.cluster is not None else "standalone"
+        return _json({"mode": mode, "ring_version": ring_version, "topics": table})
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
     async def prometheus() -> Response:
@@ -191,12 +224,21 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/v1/topics/{topic}", tags=["topics"], summary="Describe a topic with its partitions' offsets")
     async def describe_topic(topic: str) -> Response:
         config = broker().topic(topic)
-        partitions = []
-        for index in range(config.partitions):
-            loaded = await broker().partition(topic, index)
-            partitions.append(
-                {"partition": index, "earliest": loaded.log.start_offset, "latest": loaded.log.durable_offset}
-            )
+
+        async def detail(index: int) -> dict[str, object]:
+            reply = await messages.offsets(broker(), topic, index, {}, {})
+            owner = broker().owner(topic, index)
+            if reply.status != 200:  # another server's partition whose owner cannot answer now
+                return {"partition": index, "earliest": None, "latest": None, "owner": owner.server_id}
+            answer = orjson.loads(reply.body)
+            return {
+                "partition": index,
+                "earliest": answer["earliest"],
+                "latest": answer["latest"],
+                "owner": owner.server_id,
+            }
+
+        partitions = await asyncio.gather(*(detail(index) for index in range(config.partitions)))
         return _json({**topic_json(config), "partitions_detail": partitions})
 
     @app.patch("/v1/topics/{topic}", tags=["topics"], summary="Add partitions or change retention")
@@ -241,7 +283,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/offsets", tags=["messages"], summary="Offsets, by time")
     async def offsets(topic: str, partition: int, request: Request) -> Response:
-        return as_response(await messages.offsets(broker(), topic, partition, request.query_params))
+        return as_response(await messages.offsets(broker(), topic, partition, request.headers, request.query_params))
 
     return app
 

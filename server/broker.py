@@ -8,40 +8,148 @@ import fcntl
 import itertools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from fencing import DirectoryEpochSource, FileSystem, LogConfig, LogError, PartitionLog, open_storage
-from fencing.local import LocalFileSystem
-from server.config import ServerConfig
-from server.errors import ApiError
-from server.partition import LoadedPartition
-from server.tailcache import TailCache
-from server.topics import TopicConfig, TopicStore
+from kazoo.exceptions import KazooException
 
-__all__ = ["Broker"]
+from fencing import DirectoryEpochSource, EpochSource, FileSystem, LogConfig, LogError, PartitionLog, open_storage
+from fencing.local import LocalFileSystem
+from hashring import Ring
+from server import metrics
+from server.cluster import ClusterMember, Owner
+from server.config import ServerConfig
+from server.coordination import ZkEpochSource
+from server.coordination.topics import ZkTopicStore
+from server.errors import ApiError
+from server.forwarding import Forwarder
+from server.partition import LoadedPartition, as_api_error
+from server.tailcache import TailCache
+from server.topics import INTERNAL_NAME, TOPIC_NAME, TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
+
+__all__ = ["Broker", "NotOwnerError"]
 
 log = logging.getLogger("talos.server")
 T = TypeVar("T")
 
 
+class NotOwnerError(Exception):
+    """The partition is served by another server."""
+
+    def __init__(self, owner: Owner) -> None:
+        super().__init__(f"partition owned by {owner.server_id}")
+        self.owner = owner
+
+
 class Broker:
+    """Create with :meth:`start` (it may connect to ZooKeeper); stop with :meth:`close`."""
+
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.fs: FileSystem
         self.root: str
         self.fs, self.root = open_storage(config.storage)
         self._lock_fd: int | None = None
-        if isinstance(self.fs, LocalFileSystem):
+        if isinstance(self.fs, LocalFileSystem) and not config.clustered:
             self._lock_directory()
-        self.topics = TopicStore(self.fs, self.root)
         self.executor = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="talos-io")
         self.cache = TailCache(config.tail_cache_bytes)
-        self._topics: dict[str, TopicConfig] = {t.name: t for t in self.topics.list()}
+        self.cluster: ClusterMember | None = None
+        self.topics: TopicCatalog
+        self._topics: dict[str, TopicConfig] = {}
         self._partitions: dict[tuple[str, int], LoadedPartition] = {}
         self._loading: dict[tuple[str, int], asyncio.Future[LoadedPartition]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0)
+
+    @classmethod
+    async def start(cls, config: ServerConfig) -> Broker:
+        broker = cls(config)
+        broker._loop = asyncio.get_running_loop()
+        try:
+            if config.clustered:
+                await broker._io(broker._join_cluster)
+            else:
+                broker.topics = TopicStore(broker.fs, broker.root)
+                broker._topics = {t.name: t for t in await broker._io(broker.topics.list)}
+        except BaseException:
+            await broker.close()
+            raise
+        return broker
+
+    def _join_cluster(self) -> None:
+        cluster = ClusterMember(self.config, on_ring=self._ring_changed, on_session_lost=self._session_lost)
+        self.cluster = cluster
+        cluster.start()
+        store = ZkTopicStore(cluster.zk, self.fs, self.root)
+        self.topics = store
+        self._topics = {t.name: t for t in store.list()}
+        store.watch(self._topic_changed)
+
+    # ---------------------------------------------------------------- cluster events (from kazoo's thread)
+
+    def _soon(self, callback: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def spawn() -> None:
+            task = loop.create_task(callback())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        loop.call_soon_threadsafe(spawn)
+
+    def _ring_changed(self, _ring: Ring) -> None:
+        self._soon(self._release_unowned)
+
+    def _session_lost(self) -> None:
+        self._soon(self._release_all)
+
+    def _topic_changed(self, name: str, config: TopicConfig | None) -> None:
+        if config is None:
+            self._topics.pop(name, None)
+        else:
+            self._topics[name] = config
+        self._soon(lambda: self._apply_topic(name, config))
+
+    async def _apply_topic(self, name: str, config: TopicConfig | None) -> None:
+        for key, partition in list(self._partitions.items()):
+            if key[0] != name:
+                continue
+            if config is None:
+                await self._release(key, seal=False)
+            else:
+                partition.log.set_retention(retention_ms=config.retention_ms, retention_bytes=config.retention_bytes)
+
+    async def _release_unowned(self) -> None:
+        assert self.cluster is not None
+        moved = []
+        for key in list(self._partitions):
+            try:
+                owner = self.cluster.owner(*key)
+            except ApiError:
+                continue  # an empty ring: keep serving until a ring says otherwise
+            if not owner.local:
+                log.info("releasing %s/%d: the ring gives it to %s", key[0], key[1], owner.server_id)
+                moved.append(key)
+        await asyncio.gather(*(self._release(key) for key in moved))  # each waits on its own HDFS close
+
+    async def _release_all(self) -> None:
+        await asyncio.gather(*(self._release(key) for key in list(self._partitions)))
+
+    async def _release(self, key: tuple[str, int], *, seal: bool = True) -> None:
+        """Flush and stop serving a partition; sealed, the next owner needs no lease recovery."""
+        partition = self._partitions.pop(key, None)
+        if partition is None:
+            return
+        try:
+            await partition.close(seal=seal)
+        except LogError as exc:
+            log.info("released %s/%d: %s", key[0], key[1], exc)
 
     def _lock_directory(self) -> None:
         # Two standalone servers on one directory would fence each other in turn: refuse the second.
@@ -58,8 +166,14 @@ class Broker:
 
     def topic(self, name: str) -> TopicConfig:
         config = self._topics.get(name)
+        if config is None and self.cluster is not None and self.cluster.zk.connected:
+            # Created through another server a moment ago, before our watch fired: read-your-writes
+            # across servers costs one ZooKeeper read, and only for a name we do not know.
+            config = self.topics.get(name) if TOPIC_NAME.match(name) or INTERNAL_NAME.match(name) else None
+            if config is not None:
+                self._topics.setdefault(name, config)
         if config is None:
-            raise ApiError(404, "UNKNOWN_TOPIC", f"unknown topic {name!r}")
+            raise unknown_topic(name)
         return config
 
     def list_topics(self) -> list[TopicConfig]:
@@ -73,18 +187,13 @@ class Broker:
     async def update_topic(self, name: str, **changes: Any) -> TopicConfig:
         updated = await self._io(lambda: self.topics.update(name, **changes))
         self._topics[name] = updated
-        for key, partition in list(self._partitions.items()):
-            if key[0] == name:
-                partition.log.set_retention(retention_ms=updated.retention_ms, retention_bytes=updated.retention_bytes)
+        await self._apply_topic(name, updated)
         return updated
 
     async def delete_topic(self, name: str) -> None:
         self.topic(name)
         self._topics.pop(name, None)
-        for key in [k for k in self._partitions if k[0] == name]:
-            partition = self._partitions.pop(key)
-            with contextlib.suppress(LogError):
-                await partition.close()
+        await self._apply_topic(name, None)
         await self._io(self.topics.delete, name)
 
     def next_partition(self, topic: TopicConfig) -> int:
@@ -93,14 +202,37 @@ class Broker:
 
     # ---------------------------------------------------------------- partitions
 
-    async def partition(self, topic: str, index: int) -> LoadedPartition:
+    def check_partition(self, topic: str, index: int) -> TopicConfig:
         config = self.topic(topic)
         if not 0 <= index < config.partitions:
             raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
+        return config
+
+    def owner(self, topic: str, index: int) -> Owner:
+        """Who serves the partition now (this server when standalone)."""
+        if self.cluster is None:
+            return Owner(self.config.member_id, self.config.url, True)
+        return self.cluster.owner(topic, index)
+
+    async def partition(self, topic: str, index: int) -> LoadedPartition:
+        """The loaded partition, taken over first if need be; :class:`NotOwnerError` if another server owns it."""
+        config = self.check_partition(topic, index)
         key = (topic, index)
         loaded = self._partitions.get(key)
         if loaded is not None and not loaded.failed:
             return loaded
+        if self.cluster is not None:
+            owner = self.cluster.owner(topic, index)
+            if not owner.local:
+                raise NotOwnerError(owner)
+            if not self.cluster.registered:
+                raise ApiError(
+                    503,
+                    "NOT_REGISTERED",
+                    "this server lost its ZooKeeper session and is registering again; retry",
+                    retriable=True,
+                    headers={"Retry-After": "1"},
+                )
         pending = self._loading.get(key)
         if pending is None:
             pending = asyncio.get_running_loop().create_future()
@@ -109,7 +241,12 @@ class Broker:
                 if loaded is not None:  # failed (storage error, fenced): take it over again
                     log.warning("reloading %s/%d after: %s", topic, index, loaded.log.failed)
                     self._partitions.pop(key, None)
-                plog = await self._io(self._open_log, config, index)
+                ring_version = self.cluster.ring.version if self.cluster is not None else 0
+                try:
+                    plog = await self._io(self._open_log, config, index, ring_version)
+                except (LogError, KazooException) as exc:  # fenced by a newer ring, storage or ZooKeeper down
+                    log.info("cannot take over %s/%d: %s", topic, index, exc)
+                    raise as_api_error(exc) from exc
                 loaded = LoadedPartition(
                     topic,
                     index,
@@ -118,6 +255,10 @@ class Broker:
                     self.executor,
                     group_commit=self.config.group_commit,
                 )
+                metrics.took_over()
+                if self.cluster is not None and not self.cluster.owner(topic, index).local:
+                    await loaded.close()  # the ring moved it while we were taking it over
+                    raise NotOwnerError(self.cluster.owner(topic, index))
                 self._partitions[key] = loaded
                 pending.set_result(loaded)
             except Exception as exc:
@@ -129,14 +270,21 @@ class Broker:
             return loaded
         return await asyncio.shield(pending)
 
-    def _open_log(self, config: TopicConfig, index: int) -> PartitionLog:
-        directory = self.topics.partition_dir(config.name, index)
+    def _open_log(self, config: TopicConfig, index: int, ring_version: int) -> PartitionLog:
+        directory = partition_dir(self.root, config.name, index)
         log_config = LogConfig(
             segment_bytes=self.config.segment_bytes,
             retention_ms=config.retention_ms,
             retention_bytes=config.retention_bytes,
         )
-        return PartitionLog.open(self.fs, directory, DirectoryEpochSource(self.fs, directory), config=log_config)
+        epochs: EpochSource
+        if self.cluster is not None:
+            epochs = ZkEpochSource(
+                self.cluster.zk, config.name, index, owner=self.cluster.server_id, ring_version=ring_version
+            )
+        else:
+            epochs = DirectoryEpochSource(self.fs, directory)
+        return PartitionLog.open(self.fs, directory, epochs, config=log_config)
 
     def loaded_partitions(self) -> list[LoadedPartition]:
         return list(self._partitions.values())
@@ -153,10 +301,13 @@ class Broker:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
     async def close(self) -> None:
-        for partition in list(self._partitions.values()):
-            with contextlib.suppress(LogError):
-                await partition.close()
-        self._partitions.clear()
+        """Graceful stop: flush and seal every partition, then leave ZooKeeper (deregister)."""
+        await self._release_all()
+        for task in list(self._background):
+            task.cancel()
+        if self.cluster is not None:
+            await self._io(lambda: self.cluster.stop(leave=self.config.leave_on_shutdown))  # type: ignore[union-attr]
+        await self.forwarder.close()
         self.executor.shutdown(wait=True)
         self.fs.close()
         if self._lock_fd is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import socket
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 
 __all__ = ["ServerConfig", "load_config"]
 
+SERVER_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -30,6 +33,45 @@ class ServerConfig:
     io_threads: int = 8
     log_level: str = "info"
     access_log: bool = False
+    # Cluster mode (all unused when zk is empty: one standalone node owning every partition).
+    zk: str = ""  # HOST:PORT[,HOST:PORT...][/chroot]
+    server_id: str = ""  # stable across restarts (delayed reassignment counts on it); default host-port
+    advertised_url: str = ""  # how clients and other servers reach this one; default http://host:port
+    zk_session_timeout_s: float = 10.0
+    join_delay_s: float = 5.0  # a new server joins the ring once registered this long
+    reassign_delay_s: float = 30.0  # a vanished server's partitions move only after this long
+    ring_check_s: float = 1.0  # how often each server looks at registrations and the ring
+    forward_hops: int = 2  # a forwarded request is forwarded at most this many times
+    leave_on_shutdown: bool = False  # on SIGTERM leave the ring (partitions move now) instead of a restart
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.zk)
+
+    @property
+    def url(self) -> str:
+        """The advertised URL: what routes and forwarding use to reach this server."""
+        if self.advertised_url:
+            return self.advertised_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def member_id(self) -> str:
+        if self.server_id:
+            return self.server_id
+        return f"{socket.gethostname()}-{self.port}"
+
+    def validate_cluster(self) -> None:
+        """A cluster member needs ZooKeeper and storage every member shares; say which is missing."""
+        if not self.zk:
+            raise ValueError("a cluster member needs --zk HOST:PORT (or TALOS_ZK)")
+        if not self.storage.startswith(("hdfs://", "file://")):
+            raise ValueError("a cluster member needs shared storage: --storage hdfs://host:port/path or file:///path")
+        if not SERVER_ID.match(self.member_id):
+            raise ValueError(f"server id {self.member_id!r}: 1-64 of A-Z a-z 0-9 . _ -, not starting with . or -")
+        if self.reassign_delay_s < self.zk_session_timeout_s / 2:
+            raise ValueError("reassign_delay should not be much shorter than the ZooKeeper session timeout")
 
     def replace(self, **changes: Any) -> ServerConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -45,6 +87,11 @@ def _coerce(name: str, kind: type, raw: object) -> object:
         if text in _FALSE:
             return False
         raise ValueError(f"{name}: expected a boolean, got {raw!r}")
+    if kind is float:
+        try:
+            return float(str(raw))
+        except ValueError:
+            raise ValueError(f"{name}: expected a number, got {raw!r}") from None
     if kind is int:
         try:
             return int(str(raw).replace("_", ""))
@@ -56,7 +103,7 @@ def _coerce(name: str, kind: type, raw: object) -> object:
 def load_config(file: str | Path | None = None, environ: dict[str, str] | None = None, **flags: Any) -> ServerConfig:
     """Merge the sources; unknown keys in the file are an error (a typo should not pass silently)."""
     env = os.environ if environ is None else environ
-    kinds = {f.name: {"bool": bool, "int": int, "str": str}[str(f.type)] for f in fields(ServerConfig)}
+    kinds = {f.name: {"bool": bool, "int": int, "float": float, "str": str}[str(f.type)] for f in fields(ServerConfig)}
     values: dict[str, object] = {}
     path = file or env.get("TALOS_CONFIG")
     if path:

@@ -18,7 +18,7 @@ from fencing import OffsetOutOfRangeError
 from server import messages
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
-from server.messages import Reply
+from server.reply import Reply
 
 __all__ = ["FastPath", "read_body"]
 
@@ -102,7 +102,7 @@ class FastPath:
                 reply = await messages.fetch(broker, topic, partition, headers, query)
             else:
                 assert partition is not None
-                reply = await messages.offsets(broker, topic, partition, query)
+                reply = await messages.offsets(broker, topic, partition, headers, query)
         except ApiError as exc:
             reply = _error(exc)
         except OffsetOutOfRangeError as exc:

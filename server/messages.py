@@ -10,30 +10,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
 from server import metrics
-from server.broker import Broker
+from server.broker import Broker, NotOwnerError
+from server.cluster import Owner
 from server.errors import ApiError
+from server.forwarding import HOPS_HEADER
 from server.partition import ProduceResult
+from server.reply import JSON, Reply
 from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key
 
-__all__ = ["BATCH_CONTENT_TYPE", "Reply", "fetch", "offsets", "produce"]
+__all__ = ["BATCH_CONTENT_TYPE", "JSON", "Reply", "fetch", "offsets", "partition_path", "produce"]
 
 BATCH_CONTENT_TYPE = "application/vnd.talos.batch"
-JSON = "application/json"
-
-
-@dataclass(slots=True)
-class Reply:
-    status: int
-    body: bytes
-    content_type: str = JSON
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 def int_param(
@@ -108,7 +102,72 @@ def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | Non
     return out, acks == "durable"
 
 
-async def _produce_json(broker: Broker, topic: str, fixed_partition: int | None, body: bytes) -> Reply:
+async def _forward_batch(
+    broker: Broker,
+    owner: Owner,
+    topic: str,
+    partition: int,
+    batch: bytearray,
+    durable: bool,
+    headers: Mapping[str, str],
+) -> ProduceResult:
+    passed = {k: v for k, v in headers.items() if k == HOPS_HEADER}
+    passed["content-type"] = BATCH_CONTENT_TYPE
+    reply = await broker.forwarder.send(
+        owner,
+        "POST",
+        partition_path(topic, partition, "messages"),
+        query={"acks": "durable" if durable else "accepted"},
+        headers=passed,
+        body=bytes(batch),
+    )
+    try:
+        doc = orjson.loads(reply.body) if reply.body else {}
+    except orjson.JSONDecodeError:
+        doc = {}
+    if reply.status != 200 or not isinstance(doc, dict) or not doc.get("results"):
+        error = doc.get("error", {}) if isinstance(doc, dict) else {}
+        raise ApiError(
+            reply.status if reply.status >= 400 else 502,
+            str(error.get("code", "FORWARD_FAILED")),
+            str(error.get("message", f"the owner answered {reply.status}")),
+            retriable=bool(error.get("retriable", reply.status >= 500)),
+            headers={k: v for k, v in reply.headers.items() if k.lower() == "retry-after"},
+        )
+    result = doc["results"][0]
+    return ProduceResult(result["offset"], result["offset"] + result["count"], result["durable_offset"])
+
+
+def partition_path(topic: str, partition: int, leaf: str) -> str:
+    return f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/{leaf}"
+
+
+async def _forward(
+    broker: Broker,
+    owner: Owner,
+    method: str,
+    topic: str,
+    partition: int,
+    leaf: str,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    body: bytes | None = None,
+    extra_timeout_s: float = 0.0,
+) -> Reply:
+    return await broker.forwarder.send(
+        owner,
+        method,
+        partition_path(topic, partition, leaf),
+        query=query,
+        headers=headers,
+        body=body,
+        extra_timeout_s=extra_timeout_s,
+    )
+
+
+async def _produce_json(
+    broker: Broker, topic: str, fixed_partition: int | None, headers: Mapping[str, str], body: bytes
+) -> Reply:
     config = broker.topic(topic)
     try:
         doc = orjson.loads(body)
@@ -127,12 +186,15 @@ async def _produce_json(broker: Broker, topic: str, fixed_partition: int | None,
         if not 0 <= partition < config.partitions:
             raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
         groups.setdefault(partition, []).append((index, record))
-    loaded = {p: await broker.partition(topic, p) for p in groups}
 
-    def commit(partition: int, items: list[tuple[int, RecordData]]) -> Awaitable[ProduceResult]:
+    async def commit(partition: int, items: list[tuple[int, RecordData]]) -> ProduceResult:
         # Encoded here, so the log need not check the CRC a second time.
         batch = bytearray(encode_batch([record for _, record in items]))
-        return loaded[partition].produce(batch, durable=durable, verify=False)
+        try:
+            loaded = await broker.partition(topic, partition)
+        except NotOwnerError as exc:  # another server's partition: hand it the batch, already encoded
+            return await _forward_batch(broker, exc.owner, topic, partition, batch, durable, headers)
+        return await loaded.produce(batch, durable=durable, verify=False)
 
     if len(groups) == 1:  # the common case: no gather
         answers = [await commit(*next(iter(groups.items())))]
@@ -150,8 +212,13 @@ async def _produce_json(broker: Broker, topic: str, fixed_partition: int | None,
     return Reply(200, orjson.dumps({"results": results}))
 
 
-async def _produce_batches(broker: Broker, topic: str, partition: int, query: Mapping[str, str], body: bytes) -> Reply:
-    loaded = await broker.partition(topic, partition)
+async def _produce_batches(
+    broker: Broker, topic: str, partition: int, headers: Mapping[str, str], query: Mapping[str, str], body: bytes
+) -> Reply:
+    try:
+        loaded = await broker.partition(topic, partition)
+    except NotOwnerError as exc:
+        return await _forward(broker, exc.owner, "POST", topic, partition, "messages", headers, query, body)
     durable = query.get("acks", "durable") != "accepted"
     try:
         spans = [(pos, header.length, header.record_count) for pos, header in iter_batches(body, verify=False)]
@@ -182,8 +249,13 @@ async def produce(
     """``POST /v1/topics/{t}/messages`` (partition None) and ``.../partitions/{p}/messages``."""
     content_type = headers.get("content-type", "").split(";")[0].strip()
     if partition is not None and content_type == BATCH_CONTENT_TYPE:
-        return await _produce_batches(broker, topic, partition, query, body)
-    return await _produce_json(broker, topic, partition, body)
+        return await _produce_batches(broker, topic, partition, headers, query, body)
+    if partition is not None:
+        broker.check_partition(topic, partition)
+        owner = broker.owner(topic, partition)
+        if not owner.local:
+            return await _forward(broker, owner, "POST", topic, partition, "messages", headers, query, body)
+    return await _produce_json(broker, topic, partition, headers, body)
 
 
 def _text_or_b64(name: str, data: bytes | None, into: dict[str, object]) -> None:
@@ -227,7 +299,11 @@ async def fetch(
     max_messages = int_param(query, "max_messages", 500, low=1, high=100_000)
     max_bytes = int_param(query, "max_bytes", 1024 * 1024, low=1, high=64 * 1024 * 1024)
     wait_ms = int_param(query, "wait_ms", 0, high=broker.config.max_wait_ms)
-    loaded = await broker.partition(topic, partition)
+    try:
+        loaded = await broker.partition(topic, partition)
+    except NotOwnerError as exc:
+        owner = exc.owner
+        return await _forward(broker, owner, "GET", topic, partition, "messages", headers, query, None, wait_ms / 1000)
     result = await loaded.fetch(offset, max_bytes, wait_ms)
     metrics.fetched(topic, sum(len(b) for b in result.batches))
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
@@ -239,9 +315,14 @@ async def fetch(
     return Reply(200, orjson.dumps(body))
 
 
-async def offsets(broker: Broker, topic: str, partition: int, query: Mapping[str, str]) -> Reply:
+async def offsets(
+    broker: Broker, topic: str, partition: int, headers: Mapping[str, str], query: Mapping[str, str]
+) -> Reply:
     """``GET /v1/topics/{t}/partitions/{p}/offsets[?timestamp=]``."""
-    loaded = await broker.partition(topic, partition)
+    try:
+        loaded = await broker.partition(topic, partition)
+    except NotOwnerError as exc:
+        return await _forward(broker, exc.owner, "GET", topic, partition, "offsets", headers, query)
     answer = {"partition": partition, "earliest": loaded.log.start_offset, "latest": loaded.log.durable_offset}
     if "timestamp" in query:
         answer["offset"] = await loaded.offset_for_timestamp(int_param(query, "timestamp", None))

@@ -9,7 +9,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 if TYPE_CHECKING:
     from server.broker import Broker
 
-__all__ = ["CONTENT_TYPE", "fetched", "produced", "read_from", "render"]
+__all__ = [
+    "CONTENT_TYPE",
+    "fetched",
+    "forwarded",
+    "misdirected",
+    "produced",
+    "read_from",
+    "render",
+    "took_over",
+]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REGISTRY = CollectorRegistry()
@@ -19,6 +28,15 @@ _bytes_out = Counter("talos_bytes_out", "Batch bytes fetched", ["topic"], regist
 _reads = Counter("talos_fetch_reads", "Fetches answered, by where the data came from", ["source"], registry=REGISTRY)
 _partitions = Gauge("talos_loaded_partitions", "Partitions this server has loaded", registry=REGISTRY)
 _cache = Gauge("talos_tail_cache_bytes", "Bytes held by the tail cache", registry=REGISTRY)
+_forwarded = Counter(
+    "talos_forwarded_requests", "Requests forwarded to the owner of their partition", ["outcome"], registry=REGISTRY
+)
+_forwarded_bytes = Counter(
+    "talos_forwarded_bytes", "Bytes sent to and received from owners by forwarding", registry=REGISTRY
+)
+_misdirected = Counter("talos_misdirected_requests", "Direct requests answered 421 (not the owner)", registry=REGISTRY)
+_takeovers = Counter("talos_partition_takeovers", "Partitions taken over (loaded with a new epoch)", registry=REGISTRY)
+_ring_version = Gauge("talos_ring_version", "Version of the ring this server acts on", registry=REGISTRY)
 _flushes = Gauge("talos_flushes", "Flushes (syncs) of the loaded partitions since they were loaded", registry=REGISTRY)
 
 
@@ -37,8 +55,24 @@ def read_from(source: str) -> None:
     _reads.labels(source).inc()
 
 
+def forwarded(outcome: str, size: int) -> None:
+    """A forward ended (``ok``, ``error``: the owner answered an error, ``unreachable``); ``size``: bytes moved."""
+    _forwarded.labels(outcome).inc()
+    _forwarded_bytes.inc(size)
+
+
+def misdirected() -> None:
+    _misdirected.inc()
+
+
+def took_over() -> None:
+    _takeovers.inc()
+
+
 def render(broker: Broker) -> bytes:
     loaded = broker.loaded_partitions()
+    if broker.cluster is not None:
+        _ring_version.set(broker.cluster.ring.version)
     _partitions.set(len(loaded))
     _cache.set(broker.cache.used)
     _flushes.set(sum(p.flushes for p in loaded))

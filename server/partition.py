@@ -18,7 +18,7 @@ from server.errors import ApiError
 from server.tailcache import PartitionTail
 from talos import BatchError, decode_records, iter_batches
 
-__all__ = ["FetchResult", "LoadedPartition", "ProduceResult"]
+__all__ = ["FetchResult", "LoadedPartition", "ProduceResult", "as_api_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,8 @@ class _Request:
     error: Exception | None = field(default=None)
 
 
-def _api_error(error: Exception) -> ApiError:
+def as_api_error(error: Exception) -> ApiError:
+    """What a client sees when a partition cannot take a request: fenced, storage failing, corrupt."""
     if isinstance(error, ApiError):
         return error
     if isinstance(error, BatchError):
@@ -116,7 +117,7 @@ class LoadedPartition:
                     if request.future.done():
                         continue
                     if request.error is not None:
-                        request.future.set_exception(_api_error(request.error))
+                        request.future.set_exception(as_api_error(request.error))
                     else:
                         assert request.offsets is not None
                         request.future.set_result(ProduceResult(*request.offsets, durable))
@@ -129,7 +130,7 @@ class LoadedPartition:
             self._committing = False
             for request in self._queue:  # only if the loop above died
                 if not request.future.done():
-                    request.future.set_exception(_api_error(LogError("commit stopped")))
+                    request.future.set_exception(as_api_error(LogError("commit stopped")))
 
     def _write(self, group: list[_Request], loop: asyncio.AbstractEventLoop) -> int:
         """In an I/O thread: append every request, one flush for all. Returns the durable offset."""
@@ -164,7 +165,7 @@ class LoadedPartition:
             except TimeoutError:
                 break
             if self.failed:
-                raise _api_error(self.log.failed or LogError("failed"))
+                raise as_api_error(self.log.failed or LogError("failed"))
         high, start = self.log.durable_offset, self.log.start_offset
         if offset < start or offset > high:
             raise OffsetOutOfRangeError(offset, start, high)
@@ -199,15 +200,21 @@ class LoadedPartition:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, scan)
 
-    async def close(self) -> None:
+    async def close(self, *, seal: bool = True) -> None:
+        """Answer what is queued, flush, stop; long polls wake up and see the partition gone."""
         while self._committing:
             await asyncio.sleep(0.005)
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close, seal)
+        finally:
+            self._data.set()
 
-    def _close(self) -> None:
-        if self.log.failed is None:
-            self.log.close()
-        self.tail.clear()
+    def _close(self, seal: bool) -> None:
+        try:
+            if self.log.failed is None:
+                self.log.close(seal=seal)
+        finally:
+            self.tail.clear()
 
 
 def _resolve(future: asyncio.Future[ProduceResult], result: ProduceResult) -> None:

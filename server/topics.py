@@ -1,4 +1,5 @@
-"""Topic metadata, kept in the storage beside the data: ``<root>/topics/<name>/_topic/<version>.json``.
+"""Topic metadata. Standalone keeps it in the storage beside the data: ``<root>/topics/<name>/_topic/<version>.json``;
+a cluster keeps it in ZooKeeper (``server.coordination.topics``). Data is always in ``<root>/topics/<name>/<p>``.
 
 Each change writes the next version exclusively, so two writers cannot both win; the highest version is
 the topic's current configuration.
@@ -11,14 +12,26 @@ import posixpath
 import re
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from fencing import FileSystem
 from server.errors import ApiError
 
-__all__ = ["MAX_PARTITIONS", "TopicConfig", "TopicStore", "validate_topic_name"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "TopicCatalog",
+    "TopicConfig",
+    "TopicStore",
+    "concurrent_change",
+    "new_topic",
+    "partition_dir",
+    "topic_dir",
+    "topic_exists",
+    "unknown_topic",
+    "validate_topic_name",
+]
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
 INTERNAL_NAME = re.compile(r"^__[A-Za-z0-9][A-Za-z0-9._-]{0,246}$")
@@ -52,17 +65,51 @@ class TopicConfig:
         return asdict(self)
 
 
+def topic_dir(root: str, name: str) -> str:
+    return posixpath.join(root, "topics", name)
+
+
+def partition_dir(root: str, name: str, partition: int) -> str:
+    return posixpath.join(root, "topics", name, str(partition))
+
+
+class TopicCatalog(Protocol):
+    """Where topic metadata lives: the storage (standalone) or ZooKeeper (cluster)."""
+
+    def get(self, name: str) -> TopicConfig | None: ...
+
+    def list(self) -> list[TopicConfig]: ...
+
+    def create(self, config: TopicConfig) -> TopicConfig: ...
+
+    def update(self, name: str, **changes: Any) -> TopicConfig: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+def new_topic(config: TopicConfig) -> TopicConfig:
+    return dataclasses.replace(config, version=1, created_ms=int(time.time() * 1000))
+
+
+def topic_exists(name: str) -> ApiError:
+    return ApiError(409, "TOPIC_EXISTS", f"topic {name!r} already exists")
+
+
+def unknown_topic(name: str) -> ApiError:
+    return ApiError(404, "UNKNOWN_TOPIC", f"unknown topic {name!r}")
+
+
+def concurrent_change(name: str) -> ApiError:
+    return ApiError(409, "CONFLICT", f"topic {name!r} changed concurrently; retry", retriable=True)
+
+
 class TopicStore:
+    """Topic metadata in the storage, beside the data (standalone)."""
+
     def __init__(self, fs: FileSystem, root: str) -> None:
         self._fs = fs
         self._root = posixpath.join(root, "topics")
         self._fs.mkdirs(self._root)
-
-    def topic_dir(self, name: str) -> str:
-        return posixpath.join(self._root, name)
-
-    def partition_dir(self, name: str, partition: int) -> str:
-        return posixpath.join(self._root, name, str(partition))
 
     def _versions(self, name: str) -> list[int]:
         try:
@@ -93,24 +140,24 @@ class TopicStore:
         return out
 
     def create(self, config: TopicConfig) -> TopicConfig:
-        config = dataclasses.replace(config, version=1, created_ms=int(time.time() * 1000))
+        config = new_topic(config)
         try:
             self._write(config)
         except FileExistsError:
-            raise ApiError(409, "TOPIC_EXISTS", f"topic {config.name!r} already exists") from None
+            raise topic_exists(config.name) from None
         return config
 
     def update(self, name: str, **changes: Any) -> TopicConfig:
         current = self.get(name)
         if current is None:
-            raise ApiError(404, "UNKNOWN_TOPIC", f"unknown topic {name!r}")
+            raise unknown_topic(name)
         updated = dataclasses.replace(current, **changes, version=current.version + 1)
         try:
             self._write(updated)
         except FileExistsError:
-            raise ApiError(409, "CONFLICT", f"topic {name!r} changed concurrently; retry", retriable=True) from None
+            raise concurrent_change(name) from None
         return updated
 
     def delete(self, name: str) -> None:
-        if not self._fs.delete(self.topic_dir(name), recursive=True):
-            raise ApiError(404, "UNKNOWN_TOPIC", f"unknown topic {name!r}")
+        if not self._fs.delete(posixpath.join(self._root, name), recursive=True):
+            raise unknown_topic(name)

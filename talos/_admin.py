@@ -24,8 +24,14 @@ _JSON = {"content-type": "application/json"}
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
     partition: int
-    earliest: int
-    latest: int
+    earliest: int | None  # None: the owner could not answer just now (a cluster mid-failover)
+    latest: int | None
+    owner: str | None = None  # the server that owns it (cluster mode)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PartitionInfo:
+        # Only the fields we know: a newer server may add more.
+        return cls(data["partition"], data.get("earliest"), data.get("latest"), data.get("owner"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +46,7 @@ class TopicInfo:
 
     @classmethod
     def from_json(cls, data: Any) -> TopicInfo:
-        detail = [PartitionInfo(**p) for p in data.get("partitions_detail", [])]
+        detail = [PartitionInfo.from_json(p) for p in data.get("partitions_detail", [])]
         return cls(
             data["name"],
             data["partitions"],

@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
 from talos._codec import decode_records, iter_batches
-from talos._errors import OffsetOutOfRangeError
+from talos._errors import OffsetOutOfRangeError, TalosError, TransportError, UnavailableError
+from talos._routing import RouteTable, refresh, refresh_async
 from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
 
 __all__ = ["AsyncConsumer", "Consumer", "Message"]
@@ -48,15 +49,25 @@ def _decode(topic: str, partition: int, data: bytes, position: int) -> list[Mess
 
 
 def _fetch_request(
-    url: str, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int, timeout: float
+    routes: RouteTable, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int, timeout: float
 ) -> dict[str, Any]:
     """Keyword arguments of the transport call for one fetch (both twins)."""
+    base, route_headers = routes.target(topic, partition)
     return {
-        "url": f"{url}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/messages",
+        "url": f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/messages",
         "params": {"offset": offset, "max_bytes": max_bytes, "wait_ms": wait_ms},
-        "headers": _ACCEPT,
+        "headers": {**_ACCEPT, **route_headers} if route_headers else _ACCEPT,
         "timeout": timeout + wait_ms / 1000,
     }
+
+
+def _unavailable(routes: RouteTable, topic: str, partition: int, error: TalosError) -> float:
+    """Seconds to wait before fetching again from a partition that is moving or whose owner is down."""
+    if routes.learn(topic, partition, error):
+        return 0.0  # a 421 named the owner
+    log.info("%s/%d is unavailable (%s); retrying", topic, partition, error)
+    hinted = error.retry_after if isinstance(error, UnavailableError) and error.retry_after else 0.0
+    return min(max(hinted, 0.2), 2.0)
 
 
 class _Positions:
@@ -113,19 +124,21 @@ class Consumer:
         max_bytes: int = 1024 * 1024,
         wait_ms: int = 500,
         request_timeout_s: float = 30.0,
+        route_to_owner: bool = True,
         transport: Transport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._transport = transport or Urllib3Transport(pool_size=32, timeout=request_timeout_s)
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._routes = RouteTable(self.url, direct=route_to_owner)
         self._positions = _Positions(start)
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._timeout = request_timeout_s
         self._assigned: list[tuple[str, int]] = list(partitions)
         for topic in topics:
-            count = self._admin.describe_topic(topic).partitions
-            self._assigned += [(topic, p) for p in range(count)]
+            refresh(self._routes, self._transport, topic, strict=True)
+            self._assigned += [(topic, p) for p in range(self._routes.partitions[topic])]
         if not self._assigned:
             raise ValueError("give topics=[...] or partitions=[(topic, partition), ...]")
         self._buffer: list[Message] = []
@@ -160,9 +173,14 @@ class Consumer:
             self.seek(topic, partition, self._admin.offsets(topic, partition, timestamp=timestamp_ms)["offset"])
 
     def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        offset = self.position(topic, partition)
-        request = _fetch_request(self.url, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
-        return self._positions.take(topic, partition, offset, self._transport.request("GET", **request))
+        try:
+            offset = self.position(topic, partition)
+            refresh(self._routes, self._transport, topic)
+            request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
+            return self._positions.take(topic, partition, offset, self._transport.request("GET", **request))
+        except (UnavailableError, TransportError) as error:
+            time.sleep(_unavailable(self._routes, topic, partition, error))
+            return []
 
     def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         """Messages from any assigned partition, waiting up to ``timeout`` seconds for some to arrive."""
@@ -214,11 +232,13 @@ class AsyncConsumer:
         max_bytes: int = 1024 * 1024,
         wait_ms: int = 500,
         request_timeout_s: float = 30.0,
+        route_to_owner: bool = True,
         transport: AsyncTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._routes = RouteTable(self.url, direct=route_to_owner)
         self._positions = _Positions(start)
         self._topics = list(topics)
         self._assigned: list[tuple[str, int]] = list(partitions)
@@ -235,8 +255,8 @@ class AsyncConsumer:
     async def _assignment(self) -> list[tuple[str, int]]:
         if not self._resolved:
             for topic in self._topics:
-                count = (await self._admin.describe_topic(topic)).partitions
-                self._assigned += [(topic, p) for p in range(count)]
+                await refresh_async(self._routes, self._transport, topic, strict=True)
+                self._assigned += [(topic, p) for p in range(self._routes.partitions[topic])]
             self._resolved = True
         return self._assigned
 
@@ -251,9 +271,14 @@ class AsyncConsumer:
         self._positions.next[(topic, partition)] = offset
 
     async def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        offset = await self.position(topic, partition)
-        request = _fetch_request(self.url, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
-        return self._positions.take(topic, partition, offset, await self._transport.request("GET", **request))
+        try:
+            offset = await self.position(topic, partition)
+            await refresh_async(self._routes, self._transport, topic)
+            request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
+            return self._positions.take(topic, partition, offset, await self._transport.request("GET", **request))
+        except (UnavailableError, TransportError) as error:
+            await asyncio.sleep(_unavailable(self._routes, topic, partition, error))
+            return []
 
     async def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         deadline = time.monotonic() + timeout

@@ -13,7 +13,8 @@ Tree::
           ├── ConflictError           409: e.g. the topic exists
           ├── OffsetOutOfRangeError   416: .earliest .latest
           ├── QuotaExceededError      429: .retry_after seconds
-          └── UnavailableError        421, 500, 503: partition moving, storage failing (retriable)
+          └── UnavailableError        500, 503: partition moving, storage failing (retriable)
+               └── MisdirectedError   421: another server owns the partition: .owner_url
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "TalosError",
     "TransportError",
     "TruncatedBatchError",
+    "MisdirectedError",
     "UnavailableError",
     "api_error",
 ]
@@ -111,6 +113,15 @@ class UnavailableError(ApiError):
     """421, 500, 503: the partition is moving or the storage is failing. Retriable."""
 
 
+class MisdirectedError(UnavailableError):
+    """421: the request went straight to a server that does not own the partition (client-side addressing)."""
+
+    @property
+    def owner_url(self) -> str | None:
+        url = self.details.get("owner_url")
+        return url if isinstance(url, str) else None
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: InvalidRequestError,
     413: InvalidRequestError,
@@ -118,7 +129,7 @@ _BY_STATUS: dict[int, type[ApiError]] = {
     409: ConflictError,
     416: OffsetOutOfRangeError,
     429: QuotaExceededError,
-    421: UnavailableError,
+    421: MisdirectedError,
     500: UnavailableError,
     502: UnavailableError,
     503: UnavailableError,

@@ -21,6 +21,7 @@ from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
 from talos._codec import RecordData, encode_batch
 from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
+from talos._routing import RouteTable, refresh, refresh_async
 from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
 
 __all__ = ["AsyncProducer", "Producer", "ProducerClosedError"]
@@ -56,11 +57,13 @@ def _retriable(error: BaseException) -> bool:
 
 def _backoff(batch: PendingBatch[Any], base_s: float, error: BaseException) -> float:
     hinted = error.retry_after if isinstance(error, ApiError) and error.retry_after else 0.0
-    return float(max(min(base_s * 2 ** min(batch.attempts, 6), 5.0), hinted))
+    # Capped at 1 s (Kafka's retry.backoff.max.ms): a partition that moved is back within a second or so.
+    return float(max(min(base_s * 2 ** min(batch.attempts, 6), 1.0), hinted))
 
 
 class _SenderSettings(Protocol):
     url: str
+    _routes: RouteTable
     _params: dict[str, str]
     _backoff_s: float
     _delivery_timeout_s: float
@@ -69,11 +72,12 @@ class _SenderSettings(Protocol):
 
 def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dict[str, Any]:
     """Keyword arguments of the transport call that sends ``batch`` (both twins)."""
+    base, route_headers = producer._routes.target(batch.topic, batch.partition)
     return {
-        "url": producer.url + _path(batch.topic, batch.partition),
+        "url": base + _path(batch.topic, batch.partition),
         "params": producer._params,
         "body": encode_batch(batch.records),
-        "headers": _BATCH_HEADERS,
+        "headers": {**_BATCH_HEADERS, **route_headers} if route_headers else _BATCH_HEADERS,
         "timeout": producer._request_timeout_s,
     }
 
@@ -82,6 +86,9 @@ def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: Bas
     """Seconds to wait before sending ``batch`` again, or None when it is answered (stored or failed)."""
     if error is None or not _retriable(error) or time.monotonic() - batch.created >= producer._delivery_timeout_s:
         return None
+    if producer._routes.learn(batch.topic, batch.partition, error) and batch.attempts < 3:
+        batch.attempts += 1
+        return 0.0  # a 421 named the owner: go there now
     batch.attempts += 1
     return _backoff(batch, producer._backoff_s, error)
 
@@ -112,6 +119,7 @@ class Producer:
         retry_backoff_ms: float = 100.0,
         delivery_timeout_s: float = 120.0,
         request_timeout_s: float = 30.0,
+        route_to_owner: bool = True,
         transport: Transport | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
@@ -119,6 +127,7 @@ class Producer:
         self.url = url.rstrip("/")
         self._transport = transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s)
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._routes = RouteTable(self.url, direct=route_to_owner)
         self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
         self._buffer_bytes = buffer_bytes
@@ -137,7 +146,8 @@ class Producer:
     def partitions_for(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
-            count = self._admin.describe_topic(topic).partitions
+            refresh(self._routes, self._transport, topic, strict=True)
+            count = self._routes.partitions[topic]
             self._partitions[topic] = count
         return count
 
@@ -227,6 +237,7 @@ class Producer:
             error: BaseException | None = None
             base = 0
             try:
+                refresh(self._routes, self._transport, batch.topic)
                 base = _offsets(self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
@@ -257,6 +268,7 @@ class AsyncProducer:
         retry_backoff_ms: float = 100.0,
         delivery_timeout_s: float = 120.0,
         request_timeout_s: float = 30.0,
+        route_to_owner: bool = True,
         transport: AsyncTransport | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
@@ -264,6 +276,7 @@ class AsyncProducer:
         self.url = url.rstrip("/")
         self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._routes = RouteTable(self.url, direct=route_to_owner)
         self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
             batch_bytes=batch_bytes, linger_s=linger_ms / 1000
         )
@@ -283,7 +296,8 @@ class AsyncProducer:
     async def partitions_for(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
-            count = (await self._admin.describe_topic(topic)).partitions
+            await refresh_async(self._routes, self._transport, topic, strict=True)
+            count = self._routes.partitions[topic]
             self._partitions[topic] = count
         return count
 
@@ -355,6 +369,7 @@ class AsyncProducer:
             error: BaseException | None = None
             base = 0
             try:
+                await refresh_async(self._routes, self._transport, batch.topic)
                 base = _offsets(await self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc

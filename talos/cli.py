@@ -76,6 +76,16 @@ def standalone(
     os.execv(sys.executable, argv)
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def server(args: tuple[str, ...]) -> None:
+    """Run a cluster member (ZooKeeper + shared storage); `talos server --help` lists its options.
+
+    Example: talos server --zk 127.0.0.1:2181 --storage hdfs://127.0.0.1:9000/talos --port 8081
+    """
+    os.execv(sys.executable, [sys.executable, "-m", "server", "server", *args])
+
+
 URL = click.option(
     "--url", envvar="TALOS_URL", default=DEFAULT_URL, show_default=True, help="Server URL (env TALOS_URL)."
 )
@@ -136,7 +146,8 @@ def topics_describe(url: str, name: str) -> None:
         f"retention_bytes={topic.retention_bytes}, version={topic.version}"
     )
     for info in topic.partition_offsets:
-        click.echo(f"  partition {info.partition}\tearliest={info.earliest}\tlatest={info.latest}")
+        owner = f"\towner={info.owner}" if info.owner else ""
+        click.echo(f"  partition {info.partition}\tearliest={info.earliest}\tlatest={info.latest}{owner}")
 
 
 @topics.command("delete")
@@ -353,6 +364,86 @@ def _report(what: str, count: int, volume: int, elapsed: float, latencies: list[
         ordered = sorted(latencies)
         pick = [ordered[min(int(len(ordered) * q), len(ordered) - 1)] * 1000 for q in (0.5, 0.95, 0.99)]
         click.echo(f"ack latency: p50 {pick[0]:.1f} ms, p95 {pick[1]:.1f} ms, p99 {pick[2]:.1f} ms")
+
+
+@main.group()
+def cluster() -> None:
+    """A local development cluster: ZooKeeper + HDFS + N servers, in the background."""
+
+
+CLUSTER_DIR = click.option(
+    "--dir",
+    "base_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("talos-cluster"),
+    show_default=True,
+    help="Data, logs and cluster.json (what `down` stops).",
+)
+
+
+@cluster.command("up")
+@click.option("--servers", type=click.IntRange(1, 16), default=3, show_default=True)
+@click.option("--base-port", type=click.IntRange(1, 65535 - 16), default=8081, show_default=True)
+@CLUSTER_DIR
+@click.option("--zk-session-timeout", type=float, default=10.0, show_default=True, help="Seconds.")
+@click.option("--reassign-delay", type=float, default=30.0, show_default=True, help="Seconds.")
+@click.option("--join-delay", type=float, default=1.0, show_default=True, help="Seconds.")
+@click.option("--storage", type=click.Choice(["hdfs", "file"]), default="hdfs", show_default=True)
+def cluster_up(
+    servers: int,
+    base_port: int,
+    base_dir: Path,
+    zk_session_timeout: float,
+    reassign_delay: float,
+    join_delay: float,
+    storage: str,
+) -> None:
+    """Start ZooKeeper, HDFS and N servers; return once all are ready, leaving them running.
+
+    Prints one `server <id> <url> pid=<pid>` line per server, then the ZooKeeper and HDFS addresses.
+    Running it again while the cluster is up prints the same lines and starts nothing.
+    """
+    from talos.devservices import ClusterSettings, LocalCluster, ServiceError, recorded_alive, recorded_cluster
+
+    state = recorded_cluster(base_dir)
+    if state is not None:
+        if recorded_alive(state):
+            servers_info = state.get("servers", [])
+            assert isinstance(servers_info, list)
+            for info in servers_info:
+                click.echo(f"server {info['id']} {info['url']} pid={info['pid']}")
+            zk_info, hdfs_info = state.get("zookeeper"), state.get("hdfs")
+            if isinstance(zk_info, dict):
+                click.echo(f"zookeeper {zk_info['address']}")
+            if isinstance(hdfs_info, dict):
+                click.echo(f"hdfs {hdfs_info['url']} webhdfs={hdfs_info['webhdfs']}")
+            click.echo(f"storage {state.get('storage')}")
+            click.echo(f"already up (state in {base_dir / 'cluster.json'})", err=True)
+            return
+        from talos.devservices import stop_recorded_cluster
+
+        stop_recorded_cluster(base_dir)  # leftovers of a cluster that died: clean them first
+    settings = ClusterSettings(
+        zk_session_timeout_s=zk_session_timeout, join_delay_s=join_delay, reassign_delay_s=reassign_delay
+    )
+    local = LocalCluster(base_dir, servers=servers, base_port=base_port, settings=settings, storage=storage)
+    try:
+        local.start(progress=True)
+    except ServiceError as exc:
+        raise click.ClickException(f"{exc} (logs in {base_dir})") from exc
+    for line in local.describe():
+        click.echo(line)
+    click.echo(f"up; logs in {base_dir}; `talos cluster down --dir {base_dir}` stops it", err=True)
+
+
+@cluster.command("down")
+@CLUSTER_DIR
+def cluster_down(base_dir: Path) -> None:
+    """Stop the cluster `up` started in --dir (servers gracefully first); nothing to do is fine."""
+    from talos.devservices import stop_recorded_cluster
+
+    stopped = stop_recorded_cluster(base_dir)
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else f"no cluster running in {base_dir}")
 
 
 @main.group()

@@ -6,6 +6,11 @@ ROOT = "/talos"
 SERVERS = f"{ROOT}/servers"
 RING = f"{ROOT}/ring"
 PARTITIONS = f"{ROOT}/partitions"
+TOPICS = f"{ROOT}/topics"
+
+
+def topic(name: str) -> str:
+    return f"{TOPICS}/{name}"
 
 
 def partition(topic: str, index: int) -> str:

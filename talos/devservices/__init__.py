@@ -2,10 +2,19 @@
 
 Both listen on free loopback ports, are ready when their own health checks answer, and are stopped by
 PID. ``talos dev services`` runs them from the command line; the test suite's fixtures use them too.
+``LocalCluster`` adds N ``talos server`` processes on top (``talos cluster up``).
 """
 
 from __future__ import annotations
 
+from talos.devservices._cluster import (
+    ClusterServer,
+    ClusterSettings,
+    LocalCluster,
+    recorded_alive,
+    recorded_cluster,
+    stop_recorded_cluster,
+)
 from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
 from talos.devservices._hdfs import HdfsCluster
 from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
@@ -13,6 +22,12 @@ from talos.devservices._standalone import StandaloneServer
 from talos.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
+    "ClusterServer",
+    "ClusterSettings",
+    "LocalCluster",
+    "recorded_alive",
+    "recorded_cluster",
+    "stop_recorded_cluster",
     "HADOOP_VERSION",
     "HdfsCluster",
     "ManagedProcess",

@@ -153,8 +153,9 @@ class ScriptedServer:
         self.offset = 0
 
     def __call__(self, method: str, url: str, params: Mapping[str, str | int], body: bytes | None) -> Response:
-        if method == "GET":  # describe
-            return Response(200, {}, orjson.dumps({"name": "t", "partitions": 1}))
+        if method == "GET":  # routes
+            routes = {"mode": "standalone", "ring_version": 0, "topics": {"t": [{"partition": 0, "url": None}]}}
+            return Response(200, {}, orjson.dumps(routes))
         if self.failures > 0:
             self.failures -= 1
             error = {"error": {"code": "NOT_OWNER", "message": "moving", "retriable": True}}

@@ -1,0 +1,241 @@
+"""This server's membership in a cluster: its ZooKeeper session, registration, the ring it acts on.
+
+Ownership comes from ``/talos/ring`` alone (watched, so every server acts on the ring within a round trip
+of its change); a background thread runs the leaderless :class:`RingKeeper` every ``ring_check_s``. When
+the ZooKeeper session is lost (a pause longer than the session timeout, a partition from ZooKeeper), the
+server stops acting as owner at once: the broker drops every partition, and the server registers again
+with its new session. Fencing in the storage makes that safe even before the server notices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState, ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+from hashring import Ring, partition_key
+from server.config import ServerConfig
+from server.coordination import LiveServer, RingKeeper, RingStore, ServerRegistry, paths
+from server.errors import ApiError
+
+__all__ = ["ClusterMember", "Owner"]
+
+log = logging.getLogger("talos.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who serves a partition: this server (``local``), or another at ``url`` (None: not registered now)."""
+
+    server_id: str
+    url: str | None
+    local: bool
+
+
+class ClusterMember:
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        on_ring: Callable[[Ring], None],
+        on_session_lost: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.server_id = config.member_id
+        self.url = config.url
+        self._on_ring = on_ring
+        self._on_session_lost = on_session_lost
+        retry = KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0)
+        self.zk = KazooClient(
+            hosts=config.zk,
+            timeout=config.zk_session_timeout_s,
+            connection_retry=retry,
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+        )
+        self.ring = Ring({}, 0)
+        self.servers: dict[str, LiveServer] = {}
+        self.registered = False
+        self._stop = threading.Event()
+        self._keeper_thread: threading.Thread | None = None
+        self._reregister = threading.Event()
+
+    # ---------------------------------------------------------------- lifecycle (blocking: run in a thread)
+
+    def start(self, timeout: float = 30.0) -> None:
+        try:
+            _ensure_chroot(self.config.zk, timeout)
+            self.zk.start(timeout=timeout)
+        except KazooTimeoutError:
+            raise RuntimeError(f"cannot reach ZooKeeper at {self.config.zk} within {timeout:.0f}s") from None
+        self.zk.add_listener(self._state_changed)
+        self._registry = ServerRegistry(self.zk)
+        self._ring_store = RingStore(self.zk)
+        self._register(deadline=time.monotonic() + 3 * self.config.zk_session_timeout_s)
+        DataWatch(self.zk, paths.RING, self._ring_changed)
+        ChildrenWatch(self.zk, paths.SERVERS, self._servers_changed)
+        self._keeper_thread = threading.Thread(target=self._keep_ring, name="talos-ring", daemon=True)
+        self._keeper_thread.start()
+
+    def _register(self, *, deadline: float) -> None:
+        # After a kill -9 our old registration lives until its session expires: wait for it, up to a point.
+        while True:
+            try:
+                self.zk.create(
+                    f"{paths.SERVERS}/{self.server_id}", orjson.dumps({"url": self.url}), ephemeral=True, makepath=True
+                )
+                self.registered = True
+                log.info("registered as %s at %s", self.server_id, self.url)
+                return
+            except NodeExistsError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"server id {self.server_id!r} is registered by another live server (or a crashed one "
+                        "whose ZooKeeper session has not expired yet)"
+                    ) from None
+                log.warning("server id %s is still registered (an earlier session?); waiting", self.server_id)
+                time.sleep(0.5)
+
+    def stop(self, *, leave: bool) -> None:
+        """Deregister (after the broker released its partitions); with ``leave``, also take this server off
+        the ring so its partitions move now instead of after ``reassign_delay``."""
+        self._stop.set()
+        if self._keeper_thread is not None:
+            self._keeper_thread.join(timeout=5)
+        with contextlib.suppress(KazooException, KazooTimeoutError):
+            if leave:
+                self._leave_ring()
+            self._registry.deregister(self.server_id)
+        self.registered = False
+        with contextlib.suppress(KazooException, KazooTimeoutError):
+            self.zk.stop()
+        self.zk.close()
+
+    def _leave_ring(self) -> None:
+        for _attempt in range(10):
+            ring, version = self._ring_store.read()
+            if self.server_id not in ring.members:
+                return
+            members = {m: v for m, v in ring.members.items() if m != self.server_id}
+            if self._ring_store.publish(ring.with_members(members), version):
+                log.info("left the ring (version %d)", ring.version + 1)
+                return
+
+    # ---------------------------------------------------------------- ZooKeeper callbacks (kazoo's thread)
+
+    def _state_changed(self, state: str) -> None:
+        if self._stop.is_set():
+            return  # our own stop() closes the session
+        if state == KazooState.LOST:
+            log.error("ZooKeeper session lost: releasing every partition; will register again")
+            self.registered = False
+            self._on_session_lost()
+            self._reregister.set()
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection suspended")
+        elif state == KazooState.CONNECTED:
+            log.info("ZooKeeper connected")
+
+    def _ring_changed(self, data: bytes | None, _stat: ZnodeStat | None) -> None:
+        ring = Ring.from_json(orjson.loads(data)) if data else Ring({}, 0)
+        if ring.version < self.ring.version and data:
+            return  # a late notification
+        self.ring = ring
+        log.info("ring version %d: %s", ring.version, sorted(ring.members))
+        self._on_ring(ring)
+
+    def _servers_changed(self, _children: list[str]) -> None:
+        # Resolve URLs off kazoo's event thread: a synchronous read here would deadlock the callbacks.
+        self._refresh_servers = True
+
+    _refresh_servers = True
+
+    # ---------------------------------------------------------------- ring keeper thread
+
+    def _keep_ring(self) -> None:
+        keeper = RingKeeper(
+            self.zk,
+            join_delay=self.config.join_delay_s,
+            reassign_delay=self.config.reassign_delay_s,
+        )
+        while not self._stop.is_set():
+            try:
+                if self._reregister.is_set() and self.zk.connected:
+                    self._reregister.clear()
+                    self._register(deadline=time.monotonic() + 3 * self.config.zk_session_timeout_s)
+                if self._refresh_servers:
+                    self._refresh_servers = False
+                    self.servers = self._registry.live()
+                if self.registered:
+                    keeper.tick()
+            except (KazooException, KazooTimeoutError, RuntimeError) as exc:
+                log.warning("ring maintenance: %s", exc)
+                if not self.registered:
+                    self._reregister.set()
+            self._stop.wait(self.config.ring_check_s)
+
+    # ---------------------------------------------------------------- ownership
+
+    def owner(self, topic: str, partition: int) -> Owner:
+        ring = self.ring
+        if not ring.members:
+            raise ApiError(
+                503,
+                "NO_SERVERS",
+                "no server has joined the ring yet (join_delay); retry",
+                retriable=True,
+                headers={"Retry-After": "1"},
+            )
+        member = ring.owner(partition_key(topic, partition))
+        if member == self.server_id:
+            return Owner(member, self.url, True)
+        live = self.servers.get(member)
+        return Owner(member, live.url if live else None, False)
+
+    def describe(self) -> dict[str, object]:
+        ring = self.ring
+        ids = sorted(set(ring.members) | set(self.servers))
+        return {
+            "mode": "cluster",
+            "server_id": self.server_id,
+            "url": self.url,
+            "zookeeper": {"state": str(self.zk.state), "session_timeout_s": self.config.zk_session_timeout_s},
+            "ring": {"version": ring.version, "members": dict(sorted(ring.members.items()))},
+            "join_delay_s": self.config.join_delay_s,
+            "reassign_delay_s": self.config.reassign_delay_s,
+            "servers": [
+                {
+                    "id": server,
+                    "url": self.servers[server].url if server in self.servers else None,
+                    "registered": server in self.servers,
+                    "registered_at": self.servers[server].since if server in self.servers else None,
+                    "in_ring": server in ring.members,
+                    "vnodes": ring.members.get(server),
+                }
+                for server in ids
+            ],
+        }
+
+
+def _ensure_chroot(hosts: str, timeout: float) -> None:
+    """Create the chroot of ``host:port,.../chroot`` (kazoo does not, and nothing works without it)."""
+    servers, slash, chroot = hosts.partition("/")
+    if not slash or not chroot.strip("/"):
+        return
+    client = KazooClient(hosts=servers, timeout=timeout)
+    client.start(timeout=timeout)
+    try:
+        client.ensure_path("/" + chroot.strip("/"))
+    finally:
+        client.stop()
+        client.close()

@@ -1,0 +1,101 @@
+"""Requests for partitions this server does not own: forward them to the owner, or answer 421.
+
+A client that routes by itself (the SDK, from ``GET /v1/routes``) sends ``x-talos-route: direct`` and gets
+``421`` with the owner's URL instead of a forward: the bytes cross loopback once, not twice. Everything
+else (curl, the CLI, other languages) is forwarded through a pooled ``aiohttp`` session. Each forward adds
+one to ``x-talos-hops``; past ``forward_hops`` (servers whose rings disagree while a change spreads) the
+request is refused as retriable instead of bouncing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aiohttp
+
+from server import metrics
+from server.cluster import Owner
+from server.errors import ApiError
+from server.reply import Reply
+
+__all__ = ["HOPS_HEADER", "ROUTE_HEADER", "Forwarder"]
+
+HOPS_HEADER = "x-talos-hops"
+ROUTE_HEADER = "x-talos-route"
+_PASS_REQUEST = ("content-type", "accept", "authorization")
+_PASS_RESPONSE = ("retry-after",)
+
+
+def _unavailable(code: str, message: str) -> ApiError:
+    return ApiError(503, code, message, retriable=True, headers={"Retry-After": "1"})
+
+
+class Forwarder:
+    def __init__(self, *, max_hops: int, timeout_s: float, pool_size: int = 64) -> None:
+        self._max_hops = max_hops
+        self._timeout_s = timeout_s
+        self._pool_size = pool_size
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size)
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        return self._session
+
+    async def send(
+        self,
+        owner: Owner,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes | None,
+        extra_timeout_s: float = 0.0,
+    ) -> Reply:
+        """Forward, or raise 421 (direct routing) / 503 (owner unknown, unreachable, too many hops)."""
+        if headers.get(ROUTE_HEADER) == "direct" and owner.url is not None:
+            metrics.misdirected()
+            raise ApiError(
+                421,
+                "MISDIRECTED_REQUEST",
+                f"partition served by {owner.server_id} at {owner.url}",
+                retriable=True,
+                headers={"x-talos-owner-url": owner.url},
+                details={"owner": owner.server_id, "owner_url": owner.url},
+            )
+        if owner.url is None:
+            raise _unavailable(
+                "OWNER_UNAVAILABLE",
+                f"the owner {owner.server_id} is not registered; its partitions move after reassign_delay; retry",
+            )
+        hops = int(headers.get(HOPS_HEADER, "0") or 0)
+        if hops >= self._max_hops:
+            raise _unavailable("TOO_MANY_HOPS", f"forwarded {hops} times: the ring is changing; retry")
+        out = {k: v for k in _PASS_REQUEST if (v := headers.get(k)) is not None}
+        out[HOPS_HEADER] = str(hops + 1)
+        try:
+            async with self._get_session().request(
+                method,
+                owner.url + path,
+                params=dict(query),
+                data=body,
+                headers=out,
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s + extra_timeout_s),
+            ) as answer:
+                data = await answer.read()
+                passed = {k: v for k, v in answer.headers.items() if k.lower().startswith("x-talos-")}
+                passed.update({k: v for k in _PASS_RESPONSE if (v := answer.headers.get(k)) is not None})
+                metrics.forwarded("ok" if answer.status < 400 else "error", len(body or b"") + len(data))
+                return Reply(answer.status, data, answer.headers.get("content-type", "application/json"), passed)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            metrics.forwarded("unreachable", 0)
+            raise _unavailable(
+                "OWNER_UNREACHABLE", f"the owner {owner.server_id} at {owner.url} did not answer: {exc!r}"
+            ) from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,118 @@
+"""Client-side addressing: send each partition's requests straight to its owner.
+
+Any server answers ``GET /v1/routes?topic=T`` with partition → owner URL. Requests then go to the owner
+with ``x-talos-route: direct``; a server that is not (or no longer) the owner answers ``421`` with the
+owner's URL, which is taken at once. On ``503`` or a connection failure the topic's routes are looked
+up again (at most once per ``refresh_interval_s``). When the owner is unknown the request goes to the
+bootstrap URL, which forwards it. A standalone server owns everything: the table is not used at all.
+
+The table is pure state; the producer and consumer twins do the I/O with their own transports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from talos._errors import MisdirectedError, TalosError, TransportError, UnavailableError
+from talos._transport import AsyncTransport, Transport, check
+
+__all__ = ["DIRECT", "RouteTable", "refresh", "refresh_async"]
+
+DIRECT = {"x-talos-route": "direct"}
+
+
+class RouteTable:
+    def __init__(self, bootstrap: str, *, direct: bool = True, refresh_interval_s: float = 1.0) -> None:
+        self.bootstrap = bootstrap
+        self.direct = direct  # False: everything goes to the bootstrap URL, which forwards
+        self._interval = refresh_interval_s
+        self._owners: dict[tuple[str, int], str] = {}
+        self._checked: dict[str, float] = {}  # topic → when its routes were last fetched (monotonic)
+        self._stale: set[str] = set()
+        self.partitions: dict[str, int] = {}  # topic → partition count, as the last lookup said
+        self._lock = threading.Lock()
+        self.clustered: bool | None = None  # unknown until the first answer
+
+    def needs_refresh(self, topic: str) -> bool:
+        if self.clustered is False and topic in self.partitions:
+            return False
+        checked = self._checked.get(topic)
+        if checked is None:
+            return True
+        return topic in self._stale and time.monotonic() - checked >= self._interval
+
+    @property
+    def lookup_url(self) -> str:
+        """``GET`` it with ``params={"topic": topic}``."""
+        return f"{self.bootstrap}/v1/routes"
+
+    def update(self, topic: str, document: object) -> None:
+        """Take the answer of ``GET /v1/routes?topic=``."""
+        with self._lock:
+            self._checked[topic] = time.monotonic()
+            self._stale.discard(topic)
+            if not isinstance(document, Mapping):
+                return
+            self.clustered = document.get("mode") == "cluster"
+            topics = document.get("topics")
+            entries = topics.get(topic, []) if isinstance(topics, Mapping) else []
+            self.partitions[topic] = len(entries)
+            for key in [k for k in self._owners if k[0] == topic]:
+                del self._owners[key]
+            for entry in entries:
+                if isinstance(entry, Mapping) and isinstance(entry.get("url"), str):
+                    self._owners[(topic, int(entry["partition"]))] = entry["url"]
+
+    def lookup_failed(self, topic: str) -> None:
+        with self._lock:
+            self._checked[topic] = time.monotonic()
+            self._stale.add(topic)
+
+    def target(self, topic: str, partition: int) -> tuple[str, Mapping[str, str]]:
+        """Base URL and extra headers for a request to the partition."""
+        if self.clustered and self.direct:
+            owner = self._owners.get((topic, partition))
+            if owner is not None:
+                return owner, DIRECT
+        return self.bootstrap, {}
+
+    def learn(self, topic: str, partition: int, error: BaseException) -> bool:
+        """Adjust to a failed request; True if it should be retried at once (a 421 named the owner)."""
+        if isinstance(error, MisdirectedError) and error.owner_url:
+            with self._lock:
+                self._owners[(topic, partition)] = error.owner_url.rstrip("/")
+            return True
+        if isinstance(error, (UnavailableError, TransportError)):
+            with self._lock:
+                self._stale.add(topic)
+                if isinstance(error, TransportError):
+                    self._owners.pop((topic, partition), None)  # the bootstrap forwards meanwhile
+        return False
+
+
+def refresh(table: RouteTable, transport: Transport, topic: str, *, strict: bool = False) -> None:
+    """Look the topic's routes up if they are missing or stale. ``strict``: raise a failed lookup's error
+    (else the bootstrap URL is used until the next try)."""
+    if not strict and not table.needs_refresh(topic):
+        return
+    try:
+        table.update(topic, check(transport.request("GET", table.lookup_url, params={"topic": topic})).json())
+    except TalosError:
+        table.lookup_failed(topic)
+        if strict:
+            raise
+
+
+async def refresh_async(table: RouteTable, transport: AsyncTransport, topic: str, *, strict: bool = False) -> None:
+    """:func:`refresh` for the asyncio twins."""
+    if not strict and not table.needs_refresh(topic):
+        return
+    try:
+        answer = await transport.request("GET", table.lookup_url, params={"topic": topic})
+        table.update(topic, check(answer).json())
+    except TalosError:
+        table.lookup_failed(topic)
+        if strict:
+            raise

@@ -1,0 +1,309 @@
+"""A local Talos cluster: ZooKeeper, HDFS and N ``talos server`` processes on loopback ports.
+
+``ClusterServer`` is one member as a managed subprocess (tests kill, pause and restart it).
+``LocalCluster`` starts the lot and writes ``cluster.json`` in its directory, so that ``talos cluster down``
+(another process) can find every PID again and stop exactly those processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from talos.devservices._hdfs import HdfsCluster
+from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._zookeeper import ZooKeeperServer
+
+__all__ = [
+    "ClusterServer",
+    "ClusterSettings",
+    "LocalCluster",
+    "recorded_alive",
+    "recorded_cluster",
+    "stop_recorded_cluster",
+]
+
+STATE_FILE = "cluster.json"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    zk_session_timeout_s: float = 10.0
+    join_delay_s: float = 1.0  # a laptop cluster: members join fast
+    reassign_delay_s: float = 30.0
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _get_json(url: str, timeout: float = 2.0) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        data = json.load(answer)
+    return data if isinstance(data, dict) else {}
+
+
+class ClusterServer:
+    """One ``talos server``: ``start`` returns once ``/readyz`` answers (registered in ZooKeeper)."""
+
+    def __init__(
+        self, server_id: str, port: int, *, zk: str, storage: str, log_dir: Path, settings: ClusterSettings
+    ) -> None:
+        self.server_id = server_id
+        self.port = port
+        self.zk = zk
+        self.storage = storage
+        self.log_dir = log_dir
+        self.settings = settings
+        self.process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise ServiceError(f"server {self.server_id} is not running")
+        return self.process.pid
+
+    def argv(self) -> list[str]:
+        s = self.settings
+        return [
+            sys.executable,
+            "-m",
+            "server",
+            "server",
+            "--server-id",
+            self.server_id,
+            "--port",
+            str(self.port),
+            "--zk",
+            self.zk,
+            "--storage",
+            self.storage,
+            "--advertised-url",
+            self.url,
+            "--zk-session-timeout",
+            str(s.zk_session_timeout_s),
+            "--join-delay",
+            str(s.join_delay_s),
+            "--reassign-delay",
+            str(s.reassign_delay_s),
+            "--log-format",
+            "text",
+            *s.extra_args,
+        ]
+
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> ClusterServer:
+        self.process = ManagedProcess(
+            f"talos-{self.server_id}",
+            self.argv(),
+            log_path=self.log_dir / f"server-{self.server_id}.log",
+            env={**os.environ, **self.settings.env},
+        )
+        self.process.start()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        def ready() -> bool:
+            assert self.process is not None
+            self.process.check_alive()
+            with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+
+        wait_until(ready, timeout=timeout, what=f"talos server {self.server_id} on {self.url}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        """SIGTERM (graceful: flush, seal, deregister), SIGKILL after 10 s."""
+        if self.process is not None:
+            self.process.stop(timeout=15)
+
+    def pause(self) -> None:
+        if self.process is not None:
+            self.process.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.signal(signal.SIGCONT)
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        servers: int = 3,
+        base_port: int | None = None,
+        settings: ClusterSettings | None = None,
+        storage: str = "hdfs",  # or "file": a directory under base_dir, shared by the servers
+    ) -> None:
+        base_dir = base_dir.resolve()  # `cluster down` recognises its processes by these paths
+        self.base_dir = base_dir
+        self.settings = settings or ClusterSettings()
+        self.zookeeper = ZooKeeperServer(base_dir / "zookeeper")
+        self.hdfs: HdfsCluster | None = HdfsCluster(base_dir / "hdfs") if storage == "hdfs" else None
+        ports = [base_port + i for i in range(servers)] if base_port else [free_port() for _ in range(servers)]
+        self.servers = [
+            ClusterServer(f"s{i + 1}", port, zk="", storage="", log_dir=base_dir / "logs", settings=self.settings)
+            for i, port in enumerate(ports)
+        ]
+
+    @property
+    def storage(self) -> str:
+        if self.hdfs is not None:
+            return f"{self.hdfs.url}/talos"
+        return f"file://{(self.base_dir / 'storage').resolve()}"
+
+    def start(self, timeout: float = 120.0, *, progress: bool = False) -> LocalCluster:
+        def say(text: str) -> None:
+            if progress:
+                print(text, file=sys.stderr, flush=True)
+
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            say("starting ZooKeeper ...")
+            self.zookeeper.start()
+            if self.hdfs is not None:
+                say("starting HDFS (NameNode + DataNode) ...")
+                self.hdfs.start()
+            self._write_state()
+            for server in self.servers:
+                server.zk, server.storage = self.zookeeper.address, self.storage
+                say(f"starting server {server.server_id} on {server.url} ...")
+                server.start(timeout, wait=False)
+            self._write_state()
+            for server in self.servers:
+                server.wait_ready(timeout)
+            say("waiting for every server to join the ring ...")
+            self.wait_ring(len(self.servers), timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def ring(self, via: ClusterServer | None = None) -> dict[str, int]:
+        server = via or next(s for s in self.servers if s.alive())
+        ring = _get_json(f"{server.url}/v1/cluster").get("ring", {})
+        members = ring.get("members", {}) if isinstance(ring, dict) else {}
+        return {str(k): int(v) for k, v in members.items()}
+
+    def wait_ring(self, members: int, *, timeout: float = 60.0) -> None:
+        wait_until(lambda: len(self.ring()) == members, timeout=timeout, what=f"a ring of {members} servers")
+
+    def _write_state(self) -> None:
+        hdfs = self.hdfs
+        state = {
+            "zookeeper": {"address": self.zookeeper.address, "pid": _pid(self.zookeeper.process)},
+            "hdfs": None
+            if hdfs is None
+            else {
+                "url": hdfs.url,
+                "webhdfs": hdfs.webhdfs_url,
+                "namenode_pid": _pid(hdfs.namenode),
+                "datanode_pid": _pid(hdfs.datanode),
+            },
+            "storage": self.storage,
+            "servers": [
+                {"id": s.server_id, "url": s.url, "pid": _pid(s.process), "log": str(s.log_dir)} for s in self.servers
+            ],
+        }
+        (self.base_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+    def describe(self) -> list[str]:
+        lines = [f"server {s.server_id} {s.url} pid={s.pid}" for s in self.servers]
+        lines.append(f"zookeeper {self.zookeeper.address}")
+        if self.hdfs is not None:
+            lines.append(f"hdfs {self.hdfs.url} webhdfs={self.hdfs.webhdfs_url}")
+        lines.append(f"storage {self.storage}")
+        return lines
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        if self.hdfs is not None:
+            self.hdfs.stop()
+        self.zookeeper.stop()
+        (self.base_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def _pid(process: ManagedProcess | None) -> int | None:
+    return process.pid if process is not None and process.alive() else None
+
+
+def _running(pid: int, marker: str) -> bool:
+    """Is ``pid`` alive and still the process we started (its command line names ``marker``)?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return marker in cmdline
+
+
+def _terminate(pid: int, marker: str, timeout: float = 15.0) -> bool:
+    if not _running(pid, marker):
+        return False
+    os.kill(pid, signal.SIGCONT)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _running(pid, marker):
+            return True
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def recorded_cluster(base_dir: Path) -> dict[str, object] | None:
+    """The state ``talos cluster up`` left in ``base_dir``, if any."""
+    path = base_dir / STATE_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else None
+
+
+def recorded_alive(state: dict[str, object]) -> list[str]:
+    """Servers of a recorded cluster that are still running (their ids)."""
+    servers = state.get("servers", [])
+    assert isinstance(servers, list)
+    return [s["id"] for s in servers if s.get("pid") and _running(int(s["pid"]), f"--server-id {s['id']}")]
+
+
+def stop_recorded_cluster(base_dir: Path) -> list[str]:
+    """Stop what ``cluster.json`` in ``base_dir`` lists, servers first; returns what was stopped."""
+    state = recorded_cluster(base_dir)
+    if state is None:
+        return []
+    stopped = []
+    servers = state.get("servers", [])
+    assert isinstance(servers, list)
+    for server in servers:
+        if server.get("pid") and _terminate(int(server["pid"]), f"--server-id {server['id']}"):
+            stopped.append(f"server {server['id']}")
+    hdfs = state.get("hdfs")
+    if isinstance(hdfs, dict):
+        for role in ("datanode", "namenode"):
+            pid = hdfs.get(f"{role}_pid")
+            if pid and _terminate(int(pid), str(base_dir.resolve() / "hdfs")):
+                stopped.append(role)
+    zookeeper = state.get("zookeeper")
+    zk_pid = zookeeper.get("pid") if isinstance(zookeeper, dict) else None
+    if zk_pid and _terminate(int(zk_pid), str(base_dir.resolve() / "zookeeper")):
+        stopped.append("zookeeper")
+    (base_dir / STATE_FILE).unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,132 @@
+"""A real cluster per test: three ``talos server`` processes on the session's ZooKeeper and HDFS.
+
+Each cluster gets its own ZooKeeper chroot and HDFS directory, so tests cannot see each other's state.
+Servers are stopped by PID when the test ends, also when it fails (SIGCONT first, in case one is paused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from talos.devservices import ClusterServer, ClusterSettings, HdfsCluster, ZooKeeperServer, free_port, wait_until
+
+_counter = itertools.count()
+
+# Short timers so failover happens within seconds: session 3 s, reassignment 4 s after the session ends.
+FAST = ClusterSettings(
+    zk_session_timeout_s=3.0,
+    join_delay_s=0.5,
+    reassign_delay_s=4.0,
+    env={"TALOS_RING_CHECK_S": "0.25", "TALOS_LOG_LEVEL": "info"},
+)
+
+
+def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        data = json.load(answer)
+    assert isinstance(data, dict)
+    return data
+
+
+def post_json(url: str, body: object, timeout: float = 30.0) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def metric(url: str, name: str) -> float:
+    """Sum of a Prometheus counter's samples on one server."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+@dataclass
+class Cluster:
+    zk: str
+    storage: str
+    log_dir: Path
+    settings: ClusterSettings
+    servers: dict[str, ClusterServer] = field(default_factory=dict)
+
+    def add(self, server_id: str, *, port: int | None = None, wait: bool = True, **overrides: object) -> ClusterServer:
+        settings = dataclasses.replace(self.settings, **overrides)  # type: ignore[arg-type]
+        server = ClusterServer(
+            server_id, port or free_port(), zk=self.zk, storage=self.storage, log_dir=self.log_dir, settings=settings
+        )
+        self.servers[server_id] = server
+        server.start(wait=wait)
+        return server
+
+    def any_alive(self, *, besides: str | None = None) -> ClusterServer:
+        return next(s for s in self.servers.values() if s.alive() and s.server_id != besides)
+
+    def ring(self, via: ClusterServer | None = None) -> tuple[int, dict[str, int]]:
+        server = via or self.any_alive()
+        ring = get_json(f"{server.url}/v1/cluster")["ring"]
+        assert isinstance(ring, dict)
+        return int(ring["version"]), {str(k): int(v) for k, v in ring["members"].items()}
+
+    def wait_members(self, members: set[str], *, timeout: float = 60.0, via: ClusterServer | None = None) -> None:
+        wait_until(lambda: set(self.ring(via)[1]) == members, timeout=timeout, what=f"ring members {sorted(members)}")
+
+    def routes(self, topic: str, via: ClusterServer | None = None) -> dict[int, str]:
+        server = via or self.any_alive()
+        table = get_json(f"{server.url}/v1/routes?topic={topic}")["topics"]
+        assert isinstance(table, dict)
+        return {int(e["partition"]): str(e["owner"]) for e in table[topic]}
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+
+    def logs(self) -> str:
+        out = []
+        for server in self.servers.values():
+            if server.process is not None:
+                out.append(f"--- {server.server_id}\n{server.process.tail(40)}")
+        return "\n".join(out)
+
+
+def start_cluster(
+    zookeeper: ZooKeeperServer, hdfs: HdfsCluster, log_dir: Path, settings: ClusterSettings, count: int = 3
+) -> Cluster:
+    name = f"c{os.getpid()}-{next(_counter)}"
+    cluster = Cluster(f"{zookeeper.address}/{name}", f"{hdfs.url}/clusters/{name}", log_dir, settings)
+    try:
+        for index in range(count):
+            cluster.add(f"s{index + 1}", wait=False)
+        for server in cluster.servers.values():
+            server.wait_ready()
+        cluster.wait_members(set(cluster.servers))
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> Iterator[Cluster]:
+    started = time.monotonic()
+    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", FAST)
+    print(f"cluster of 3 up in {time.monotonic() - started:.1f}s")
+    try:
+        yield running
+    finally:
+        running.stop()

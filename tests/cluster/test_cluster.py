@@ -91,17 +91,26 @@ class Load:
 
 
 def check_no_loss(url: str, load: Load) -> dict[int, list[bytes]]:
-    """Every acknowledged value is stored at its acknowledged offset; each writer's order holds per partition."""
+    """Every acknowledged value is stored at its acknowledged offset, and each writer's acknowledged values
+    are in send order within each partition.
+
+    Without an idempotent producer (issue 5) a batch whose acknowledgement was lost (the owner died or
+    paused after its flush) is sent again, so an unacknowledged earlier copy may also be stored: that is a
+    duplicate, counted and printed, not a loss or a reordering of what was acknowledged.
+    """
     stored = read_all(url, load.topic)
     for value, (partition, offset, _when) in load.acked.items():
         assert offset < len(stored[partition]), f"acknowledged {value!r} at {partition}/{offset} is missing"
         assert stored[partition][offset] == value, f"{partition}/{offset} holds {stored[partition][offset]!r}"
-    for partition, values in stored.items():
-        last: dict[str, int] = {}
-        for value in values:
-            writer, number = value.decode().rsplit(":", 1)
-            assert int(number) > last.get(writer, -1), f"{writer} out of order in partition {partition}"
-            last[writer] = int(number)
+    by_writer: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)  # (writer, partition) → (n, offset)
+    for value, (partition, offset, _when) in load.acked.items():
+        writer, number = value.decode().rsplit(":", 1)
+        by_writer[(writer, partition)].append((int(number), offset))
+    for (writer, partition), acked in by_writer.items():
+        offsets = [offset for _number, offset in sorted(acked)]
+        assert offsets == sorted(offsets), f"{writer}'s acknowledged messages out of order in partition {partition}"
+    duplicates = sum(len(values) - len(set(values)) for values in stored.values())
+    print(f"acknowledged {len(load.acked)}, stored {sum(map(len, stored.values()))}, duplicates {duplicates}")
     return stored
 
 

@@ -61,6 +61,16 @@ def _fetch_request(
     }
 
 
+def _offsets_request(routes: RouteTable, topic: str, partition: int, timeout: float) -> dict[str, Any]:
+    """Keyword arguments of the transport call for a partition's earliest/latest offsets (at its owner)."""
+    base, route_headers = routes.target(topic, partition)
+    return {
+        "url": f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/offsets",
+        "headers": route_headers,
+        "timeout": timeout,
+    }
+
+
 def _unavailable(routes: RouteTable, topic: str, partition: int, error: TalosError) -> float:
     """Seconds to wait before fetching again from a partition that is moving or whose owner is down."""
     if routes.learn(topic, partition, error):
@@ -153,7 +163,8 @@ class Consumer:
     def position(self, topic: str, partition: int) -> int:
         key = (topic, partition)
         if key not in self._positions.next:
-            self._positions.next[key] = self._positions.initial(self._admin.offsets(topic, partition))
+            answer = self._transport.request("GET", **_offsets_request(self._routes, topic, partition, self._timeout))
+            self._positions.next[key] = self._positions.initial(check(answer).json())  # type: ignore[arg-type]
         return self._positions.next[key]
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -263,7 +274,9 @@ class AsyncConsumer:
     async def position(self, topic: str, partition: int) -> int:
         key = (topic, partition)
         if key not in self._positions.next:
-            self._positions.next[key] = self._positions.initial(await self._admin.offsets(topic, partition))
+            request = _offsets_request(self._routes, topic, partition, self._timeout)
+            answer = await self._transport.request("GET", **request)
+            self._positions.next[key] = self._positions.initial(check(answer).json())  # type: ignore[arg-type]
         return self._positions.next[key]
 
     def seek(self, topic: str, partition: int, offset: int) -> None:

@@ -4,7 +4,8 @@ Any server answers ``GET /v1/routes?topic=T`` with partition → owner URL. Requ
 with ``x-talos-route: direct``; a server that is not (or no longer) the owner answers ``421`` with the
 owner's URL, which is taken at once. On ``503`` or a connection failure the topic's routes are looked
 up again (at most once per ``refresh_interval_s``). When the owner is unknown the request goes to the
-bootstrap URL, which forwards it. A standalone server owns everything: the table is not used at all.
+entry point, which forwards it: the bootstrap URL, or after it failed a lookup, another server the
+routes named. A standalone server owns everything: the table is not used at all.
 
 The table is pure state; the producer and consumer twins do the I/O with their own transports.
 """
@@ -25,7 +26,10 @@ DIRECT = {"x-talos-route": "direct"}
 
 class RouteTable:
     def __init__(self, bootstrap: str, *, direct: bool = True, refresh_interval_s: float = 1.0) -> None:
-        self.bootstrap = bootstrap
+        # Where lookups (and requests without a known owner) go: the bootstrap URL first, then every server
+        # the routes named, so the client outlives the death of the server it was given.
+        self._entry_points = [bootstrap]
+        self._entry = 0
         self.direct = direct  # False: everything goes to the bootstrap URL, which forwards
         self._interval = refresh_interval_s
         self._owners: dict[tuple[str, int], str] = {}
@@ -44,9 +48,14 @@ class RouteTable:
         return topic in self._stale and time.monotonic() - checked >= self._interval
 
     @property
+    def entry_point(self) -> str:
+        """The server that answers lookups and forwards requests whose owner is unknown."""
+        return self._entry_points[self._entry % len(self._entry_points)]
+
+    @property
     def lookup_url(self) -> str:
         """``GET`` it with ``params={"topic": topic}``."""
-        return f"{self.bootstrap}/v1/routes"
+        return f"{self.entry_point}/v1/routes"
 
     def update(self, topic: str, document: object) -> None:
         """Take the answer of ``GET /v1/routes?topic=``."""
@@ -63,12 +72,16 @@ class RouteTable:
                 del self._owners[key]
             for entry in entries:
                 if isinstance(entry, Mapping) and isinstance(entry.get("url"), str):
-                    self._owners[(topic, int(entry["partition"]))] = entry["url"]
+                    url = str(entry["url"]).rstrip("/")
+                    self._owners[(topic, int(entry["partition"]))] = url
+                    if self.clustered and url not in self._entry_points:
+                        self._entry_points.append(url)
 
     def lookup_failed(self, topic: str) -> None:
         with self._lock:
             self._checked[topic] = time.monotonic()
             self._stale.add(topic)
+            self._entry += 1  # the next lookup asks another server
 
     def target(self, topic: str, partition: int) -> tuple[str, Mapping[str, str]]:
         """Base URL and extra headers for a request to the partition."""
@@ -76,7 +89,7 @@ class RouteTable:
             owner = self._owners.get((topic, partition))
             if owner is not None:
                 return owner, DIRECT
-        return self.bootstrap, {}
+        return self.entry_point, {}
 
     def learn(self, topic: str, partition: int, error: BaseException) -> bool:
         """Adjust to a failed request; True if it should be retried at once (a 421 named the owner)."""

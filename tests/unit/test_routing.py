@@ -104,3 +104,16 @@ def test_a_valid_cluster_configuration_and_its_defaults() -> None:
     assert config.url == "http://127.0.0.1:9000"
     assert config.member_id.endswith("-9000")
     assert ServerConfig(advertised_url="http://talos-0.talos:8080/").url == "http://talos-0.talos:8080"
+
+
+def test_a_dead_bootstrap_is_replaced_by_a_server_the_routes_named() -> None:
+    table = RouteTable(BOOT, refresh_interval_s=0.0)
+    table.update("t", cluster_routes({0: "http://a", 1: "http://b"}))
+    assert table.lookup_url == f"{BOOT}/v1/routes"
+    table.lookup_failed("t")  # the bootstrap is down
+    assert table.lookup_url == "http://a/v1/routes"
+    table.learn("t", 0, TransportError("connection refused"))  # and so is a
+    assert table.target("t", 0) == ("http://a", {})  # not yet known to be down: tried once more
+    table.lookup_failed("t")
+    assert table.target("t", 0) == ("http://b", {})  # b forwards (or answers 503) until the routes change
+    assert table.lookup_url == "http://b/v1/routes"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from talos.devservices._hdfs import HdfsCluster
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_http_ready, wait_until
 from talos.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
@@ -112,13 +112,10 @@ class ClusterServer:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        def ready() -> bool:
-            assert self.process is not None
-            self.process.check_alive()
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
-                return bool(answer.status == 200)
-
-        wait_until(ready, timeout=timeout, what=f"talos server {self.server_id} on {self.url}")
+        if self.process is None:
+            raise ServiceError(f"server {self.server_id} is not started")
+        what = f"talos server {self.server_id} on {self.url}"
+        wait_http_ready(self.process, f"{self.url}/readyz", timeout=timeout, what=what)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()

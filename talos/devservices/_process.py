@@ -7,10 +7,11 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["ManagedProcess", "ServiceError", "free_port", "wait_until"]
+__all__ = ["ManagedProcess", "ServiceError", "free_port", "wait_http_ready", "wait_until"]
 
 
 class ServiceError(RuntimeError):
@@ -112,3 +113,14 @@ class ManagedProcess:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+
+def wait_http_ready(process: ManagedProcess, url: str, *, timeout: float, what: str) -> None:
+    """Until ``GET url`` answers 200; fails at once (with the log's tail) if the process exits."""
+
+    def ready() -> bool:
+        process.check_alive()
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+
+    wait_until(ready, timeout=timeout, what=what)

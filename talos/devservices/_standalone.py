@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-import urllib.request
 from pathlib import Path
 
-from talos.devservices._process import ManagedProcess, free_port, wait_until
+from talos.devservices._process import ManagedProcess, free_port, wait_http_ready
 
 __all__ = ["StandaloneServer"]
 
@@ -51,13 +50,7 @@ class StandaloneServer:
         )
         self.process.start()
 
-        def ready() -> bool:
-            assert self.process is not None
-            self.process.check_alive()
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
-                return bool(answer.status == 200)
-
-        wait_until(ready, timeout=timeout, what=f"talos standalone on {self.url}")
+        wait_http_ready(self.process, f"{self.url}/readyz", timeout=timeout, what=f"talos standalone on {self.url}")
         return self
 
     def kill(self) -> None:

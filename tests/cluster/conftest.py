@@ -39,10 +39,11 @@ def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
     return data
 
 
-def post_json(url: str, body: object, timeout: float = 30.0) -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}, method="POST"
-    )
+def post_json(
+    url: str, body: object, timeout: float = 30.0, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, object]]:
+    sent = {"content-type": "application/json", **(headers or {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=sent, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, json.load(answer)

@@ -523,6 +523,25 @@ class PartitionLog:
         position = segment.positions[slot] if slot >= 0 else 0
         return self._read_batches(segment, memory, position, length, offset, max_bytes)
 
+    def tail_offset(self, max_bytes: int) -> int:
+        """An offset from which reading to the end covers at least the last ``max_bytes`` of the log (whole
+        batches), for rebuilding state that lives in the tail, such as idempotent producers' sequences."""
+        with self._lock:
+            segments = list(self._segments) + ([self._active] if self._active is not None else [])
+            durable = self._durable_offset
+        remaining = max_bytes
+        for segment in reversed(segments):
+            if segment.length <= remaining:
+                remaining -= segment.length
+                continue
+            if segment.offsets is None:
+                self._build_index(segment)
+            assert segment.offsets is not None
+            cut = segment.length - remaining
+            slot = max(bisect.bisect_right(segment.positions, cut) - 1, 0)
+            return segment.offsets[slot] if segment.offsets else segment.base
+        return segments[0].base if segments else durable
+
     def _read_range(self, segment: _Segment, memory: _ChunkBuffer | None, position: int, size: int) -> bytes:
         if memory is not None:
             return memory.read(position, size)

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -46,6 +46,12 @@ class TopicCreate(BaseModel):
     partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
     retention_ms: int | None = Field(None, ge=0)
     retention_bytes: int | None = Field(None, ge=0)
+
+
+class ProducerInit(BaseModel):
+    producer_id: int | None = Field(
+        None, ge=0, description="an id allocated before: its next epoch, which fences the older instance"
+    )
 
 
 class TopicPatch(BaseModel):
@@ -254,6 +260,27 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def delete_topic(topic: str) -> Response:
         await broker().delete_topic(topic)
         return Response(status_code=204)
+
+    # ---------------------------------------------------------------- idempotent producers
+
+    @app.post(
+        "/v1/producers",
+        tags=["producers"],
+        summary="Allocate a producer id, or the next epoch of one",
+        openapi_extra={"requestBody": {"content": {"application/json": {"schema": ProducerInit.model_json_schema()}}}},
+    )
+    async def init_producer(request: Request) -> Response:
+        raw = await read_request_body(request, 4096)
+        try:
+            body = ProducerInit.model_validate_json(raw or b"{}")
+        except ValidationError as exc:
+            raise ApiError(400, "INVALID_REQUEST", f'expected {{"producer_id"?: int >= 0}}: {exc.errors()[0]["msg"]}')
+        wanted = body.producer_id
+        b = broker()
+        producer_id, epoch = await asyncio.get_running_loop().run_in_executor(
+            b.executor, b.producer_ids.allocate, wanted
+        )
+        return _json({"producer_id": producer_id, "producer_epoch": epoch})
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
 

@@ -21,10 +21,13 @@ from server import metrics
 from server.cluster import ClusterMember, Owner
 from server.config import ServerConfig
 from server.coordination import ZkEpochSource
+from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore
 from server.errors import ApiError
 from server.forwarding import Forwarder
-from server.partition import LoadedPartition, as_api_error
+from server.partition import LoadedPartition, as_api_error, load_producer_states
+from server.producer_ids import ProducerIds, StorageProducerIds
+from server.producers import ProducerStates
 from server.tailcache import TailCache
 from server.topics import INTERNAL_NAME, TOPIC_NAME, TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
 
@@ -57,6 +60,7 @@ class Broker:
         self.cache = TailCache(config.tail_cache_bytes)
         self.cluster: ClusterMember | None = None
         self.topics: TopicCatalog
+        self.producer_ids: ProducerIds
         self._topics: dict[str, TopicConfig] = {}
         self._partitions: dict[tuple[str, int], LoadedPartition] = {}
         self._loading: dict[tuple[str, int], asyncio.Future[LoadedPartition]] = {}
@@ -74,6 +78,7 @@ class Broker:
                 await broker._io(broker._join_cluster)
             else:
                 broker.topics = TopicStore(broker.fs, broker.root)
+                broker.producer_ids = await broker._io(StorageProducerIds, broker.fs, broker.root)
                 broker._topics = {t.name: t for t in await broker._io(broker.topics.list)}
         except BaseException:
             await broker.close()
@@ -84,6 +89,7 @@ class Broker:
         cluster = ClusterMember(self.config, on_ring=self._ring_changed, on_session_lost=self._session_lost)
         self.cluster = cluster
         cluster.start()
+        self.producer_ids = ZkProducerIds(cluster.zk)
         store = ZkTopicStore(cluster.zk, self.fs, self.root)
         self.topics = store
         self._topics = {t.name: t for t in store.list()}
@@ -243,7 +249,7 @@ class Broker:
                     self._partitions.pop(key, None)
                 ring_version = self.cluster.ring.version if self.cluster is not None else 0
                 try:
-                    plog = await self._io(self._open_log, config, index, ring_version)
+                    plog, producers = await self._io(self._open_log, config, index, ring_version)
                 except (LogError, KazooException) as exc:  # fenced by a newer ring, storage or ZooKeeper down
                     log.info("cannot take over %s/%d: %s", topic, index, exc)
                     raise as_api_error(exc) from exc
@@ -254,6 +260,7 @@ class Broker:
                     self.cache.partition(topic, index),
                     self.executor,
                     group_commit=self.config.group_commit,
+                    producers=producers,
                 )
                 metrics.took_over()
                 if self.cluster is not None and not self.cluster.owner(topic, index).local:
@@ -270,7 +277,7 @@ class Broker:
             return loaded
         return await asyncio.shield(pending)
 
-    def _open_log(self, config: TopicConfig, index: int, ring_version: int) -> PartitionLog:
+    def _open_log(self, config: TopicConfig, index: int, ring_version: int) -> tuple[PartitionLog, ProducerStates]:
         directory = partition_dir(self.root, config.name, index)
         log_config = LogConfig(
             segment_bytes=self.config.segment_bytes,
@@ -284,7 +291,12 @@ class Broker:
             )
         else:
             epochs = DirectoryEpochSource(self.fs, directory)
-        return PartitionLog.open(self.fs, directory, epochs, config=log_config)
+        plog = PartitionLog.open(self.fs, directory, epochs, config=log_config)
+        try:
+            return plog, load_producer_states(plog, self.config.producer_state_window_bytes)
+        except BaseException:
+            plog.close(seal=False)
+            raise
 
     def loaded_partitions(self) -> list[LoadedPartition]:
         return list(self._partitions.values())

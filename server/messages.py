@@ -102,6 +102,23 @@ def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | Non
     return out, acks == "durable"
 
 
+def _idempotence(doc: dict[str, Any]) -> dict[str, int]:
+    """``producer_id``, ``producer_epoch`` and ``sequence`` (of the first message) of an idempotent request."""
+    if doc.get("producer_id") is None:
+        return {}
+    fields: dict[str, int] = {}
+    for public, name, default, high in (
+        ("producer_id", "producer_id", None, 2**63 - 1),
+        ("producer_epoch", "producer_epoch", 0, 2**15 - 1),
+        ("sequence", "base_sequence", None, 2**31 - 1),
+    ):
+        value = doc.get(public, default)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+            raise ApiError(400, "INVALID_REQUEST", f"{public} must be an integer in 0..{high} (with producer_id)")
+        fields[name] = value
+    return fields
+
+
 async def _forward_batch(
     broker: Broker,
     owner: Owner,
@@ -135,7 +152,14 @@ async def _forward_batch(
             headers={k: v for k, v in reply.headers.items() if k.lower() == "retry-after"},
         )
     result = doc["results"][0]
-    return ProduceResult(result["offset"], result["offset"] + result["count"], result["durable_offset"])
+    base = int(result["offset"])
+    return ProduceResult(
+        base,
+        base + int(result["count"]) if base >= 0 else -1,
+        int(result["durable_offset"]),
+        int(result.get("session", 0)),
+        bool(result.get("duplicate", False)),
+    )
 
 
 def partition_path(topic: str, partition: int, leaf: str) -> str:
@@ -186,10 +210,13 @@ async def _produce_json(
         if not 0 <= partition < config.partitions:
             raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
         groups.setdefault(partition, []).append((index, record))
+    producer = _idempotence(doc)
+    if producer and len(groups) > 1:
+        raise ApiError(400, "INVALID_REQUEST", "an idempotent request (producer_id) must go to one partition")
 
     async def commit(partition: int, items: list[tuple[int, RecordData]]) -> ProduceResult:
         # Encoded here, so the log need not check the CRC a second time.
-        batch = bytearray(encode_batch([record for _, record in items]))
+        batch = bytearray(encode_batch([record for _, record in items], **producer))
         try:
             loaded = await broker.partition(topic, partition)
         except NotOwnerError as exc:  # another server's partition: hand it the batch, already encoded
@@ -205,8 +232,10 @@ async def _produce_json(
         for position, (index, _record) in enumerate(items):
             results[index] = {
                 "partition": partition,
-                "offset": answer.base_offset + position,
+                "offset": answer.base_offset + position if answer.base_offset >= 0 else -1,
                 "durable_offset": answer.durable_offset,
+                "session": answer.session,
+                "duplicate": answer.duplicate,
             }
     metrics.produced(topic, len(messages), len(body))
     return Reply(200, orjson.dumps({"results": results}))
@@ -237,6 +266,8 @@ async def _produce_batches(
             "offset": a.base_offset,
             "count": a.next_offset - a.base_offset,
             "durable_offset": a.durable_offset,
+            "session": a.session,
+            "duplicate": a.duplicate,
         }
         for a in answers
     ]

@@ -15,17 +15,20 @@ from dataclasses import dataclass, field
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server import metrics
 from server.errors import ApiError
+from server.producers import Duplicate, ProducerStates
 from server.tailcache import PartitionTail
-from talos import BatchError, decode_records, iter_batches
+from talos import BatchError, decode_records, iter_batches, read_header
 
-__all__ = ["FetchResult", "LoadedPartition", "ProduceResult", "as_api_error"]
+__all__ = ["FetchResult", "LoadedPartition", "ProduceResult", "as_api_error", "load_producer_states"]
 
 
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
-    base_offset: int
+    base_offset: int  # -1 for a duplicate stored too long ago to know where
     next_offset: int
     durable_offset: int  # everything below is durable (Swift's checkpoint)
+    session: int = 0  # the partition's load session (its epoch): changes when it moves or reloads
+    duplicate: bool = False  # an idempotent producer's resend: stored before, not stored again
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class _Request:
     verify: bool = True  # False for batches the server encoded itself (the JSON path): no second CRC pass
     offsets: tuple[int, int] | None = None
     error: Exception | None = field(default=None)
+    duplicate: bool = False
 
 
 def as_api_error(error: Exception) -> ApiError:
@@ -68,11 +72,20 @@ def as_api_error(error: Exception) -> ApiError:
 
 class LoadedPartition:
     def __init__(
-        self, topic: str, index: int, log: PartitionLog, tail: PartitionTail, executor: Executor, *, group_commit: bool
+        self,
+        topic: str,
+        index: int,
+        log: PartitionLog,
+        tail: PartitionTail,
+        executor: Executor,
+        *,
+        group_commit: bool,
+        producers: ProducerStates | None = None,
     ) -> None:
         self.topic = topic
         self.index = index
         self.log = log
+        self.producers = producers or ProducerStates()
         self.tail = tail
         self._executor = executor
         self._group_commit = group_commit
@@ -120,9 +133,10 @@ class LoadedPartition:
                         request.future.set_exception(as_api_error(request.error))
                     else:
                         assert request.offsets is not None
-                        request.future.set_result(ProduceResult(*request.offsets, durable))
+                        result = ProduceResult(*request.offsets, durable, self.log.epoch, request.duplicate)
+                        request.future.set_result(result)
                 for request in group:
-                    if request.error is None and request.offsets is not None:
+                    if request.error is None and request.offsets is not None and not request.duplicate:
                         self.tail.add(request.offsets[0], request.offsets[1], request.batch)
                 self._data.set()
                 self._data = asyncio.Event()
@@ -136,12 +150,20 @@ class LoadedPartition:
         """In an I/O thread: append every request, one flush for all. Returns the durable offset."""
         for request in group:
             try:
+                header = read_header(request.batch)
+                verdict = self.producers.check(header)
+                if isinstance(verdict, Duplicate):  # answered after this flush, as the original was
+                    base = verdict.base_offset
+                    request.offsets = (base, base + header.record_count if base >= 0 else -1)
+                    request.duplicate = True
+                    continue
                 request.offsets = self.log.append(request.batch, verify=request.verify)
-            except BatchError as exc:
+            except (BatchError, ApiError) as exc:
                 request.error = exc
                 continue
+            self.producers.record(header, request.offsets[0])
             if not request.durable:
-                result = ProduceResult(*request.offsets, self.log.durable_offset)
+                result = ProduceResult(*request.offsets, self.log.durable_offset, self.log.epoch)
                 loop.call_soon_threadsafe(_resolve, request.future, result)
         self.flushes += 1
         return self.log.flush()
@@ -220,3 +242,18 @@ class LoadedPartition:
 def _resolve(future: asyncio.Future[ProduceResult], result: ProduceResult) -> None:
     if not future.done():
         future.set_result(result)
+
+
+def load_producer_states(log: PartitionLog, window_bytes: int) -> ProducerStates:
+    """Idempotent producers' state from the last ``window_bytes`` of the log (in an I/O thread, on load)."""
+    offset = log.tail_offset(window_bytes)
+    headers = []
+    while offset < log.durable_offset:
+        data = log.read(offset, 4 * 1024 * 1024)
+        if not data:
+            break
+        for _position, header in iter_batches(data, verify=False):
+            if header.next_offset > offset:
+                headers.append(header)
+                offset = header.next_offset
+    return ProducerStates.rebuild(headers)

@@ -38,6 +38,7 @@ class PendingBatch(Generic[F]):
     size: int = 0
     attempts: int = 0
     outcome: object = None  # the sync producer's shared result for the whole batch
+    sequence: int | None = None  # an idempotent producer's sequence of the first record, fixed at first send
 
 
 class Accumulator(Generic[F]):

@@ -66,7 +66,7 @@ class RecordFuture:
         outcome = self._wait(timeout)
         if outcome.error is not None:
             raise outcome.error
-        return RecordMetadata(outcome.topic, outcome.partition, outcome.base + self._index)
+        return RecordMetadata(outcome.topic, outcome.partition, outcome.base + self._index if outcome.base >= 0 else -1)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         return self._wait(timeout).error

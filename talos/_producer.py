@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import orjson
+
 from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose_partition
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
 from talos._codec import RecordData, encode_batch
@@ -61,9 +63,41 @@ def _backoff(batch: PendingBatch[Any], base_s: float, error: BaseException) -> f
     return float(max(min(base_s * 2 ** min(batch.attempts, 6), 1.0), hinted))
 
 
+class Idempotence:
+    """An idempotent producer's id, epoch and next sequence per partition (shared by the twins; no I/O).
+
+    A batch gets its sequence when it is first sent and keeps it through retries, so the partition's
+    owner recognises a resend and answers it with the original offsets instead of storing it twice.
+    """
+
+    def __init__(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.next: dict[tuple[str, int], int] = {}
+        self.stale = False  # a batch failed for good: its sequences are a gap; start a new epoch
+
+    def fields(self, batch: PendingBatch[Any]) -> dict[str, int]:
+        if batch.sequence is None:
+            key = (batch.topic, batch.partition)
+            batch.sequence = self.next.get(key, 0)
+            self.next[key] = (batch.sequence + len(batch.records)) % (2**31)
+        return {"producer_id": self.producer_id, "producer_epoch": self.epoch, "base_sequence": batch.sequence}
+
+    def restart(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.next.clear()
+        self.stale = False
+
+
+def _init_request(url: str, producer_id: int | None) -> dict[str, Any]:
+    body = {} if producer_id is None else {"producer_id": producer_id}
+    return {"url": f"{url}/v1/producers", "body": orjson.dumps(body), "headers": {"content-type": "application/json"}}
+
+
 class _SenderSettings(Protocol):
     url: str
     _routes: RouteTable
+    _idempotence: Idempotence | None
     _params: dict[str, str]
     _backoff_s: float
     _delivery_timeout_s: float
@@ -73,10 +107,11 @@ class _SenderSettings(Protocol):
 def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dict[str, Any]:
     """Keyword arguments of the transport call that sends ``batch`` (both twins)."""
     base, route_headers = producer._routes.target(batch.topic, batch.partition)
+    producer_fields = producer._idempotence.fields(batch) if producer._idempotence is not None else {}
     return {
         "url": base + _path(batch.topic, batch.partition),
         "params": producer._params,
-        "body": encode_batch(batch.records),
+        "body": encode_batch(batch.records, **producer_fields),
         "headers": {**_BATCH_HEADERS, **route_headers} if route_headers else _BATCH_HEADERS,
         "timeout": producer._request_timeout_s,
     }
@@ -85,6 +120,8 @@ def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dic
 def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: BaseException | None) -> float | None:
     """Seconds to wait before sending ``batch`` again, or None when it is answered (stored or failed)."""
     if error is None or not _retriable(error) or time.monotonic() - batch.created >= producer._delivery_timeout_s:
+        if error is not None and producer._idempotence is not None:
+            producer._idempotence.stale = True  # its sequences will never be stored: a gap for the next batch
         return None
     if producer._routes.learn(batch.topic, batch.partition, error) and batch.attempts < 3:
         batch.attempts += 1
@@ -94,6 +131,7 @@ def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: Bas
 
 
 def _offsets(response: Response) -> int:
+    """The batch's base offset (-1: an idempotent resend of a batch stored too long ago to say where)."""
     body = check(response).json()
     return int(body["results"][0]["offset"])  # type: ignore[index]
 
@@ -120,6 +158,7 @@ class Producer:
         delivery_timeout_s: float = 120.0,
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
+        idempotent: bool = False,
         transport: Transport | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
@@ -128,6 +167,10 @@ class Producer:
         self._transport = transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s)
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
+        self._idempotence: Idempotence | None = None
+        if idempotent:
+            answer = check(self._transport.request("POST", **_init_request(self.url, None))).json()
+            self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
         self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
         self._buffer_bytes = buffer_bytes
@@ -142,6 +185,14 @@ class Producer:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="talos-send")
         self._sender = threading.Thread(target=self._run, name="talos-producer", daemon=True)
         self._sender.start()
+
+    def _new_epoch(self) -> None:
+        assert self._idempotence is not None
+        with self._cond:
+            if self._idempotence.stale:
+                request = _init_request(self.url, self._idempotence.producer_id)
+                answer = check(self._transport.request("POST", **request)).json()
+                self._idempotence.restart(answer["producer_epoch"])  # type: ignore[index]
 
     def partitions_for(self, topic: str) -> int:
         count = self._partitions.get(topic)
@@ -238,6 +289,8 @@ class Producer:
             base = 0
             try:
                 refresh(self._routes, self._transport, batch.topic)
+                if self._idempotence is not None and self._idempotence.stale:
+                    self._new_epoch()
                 base = _offsets(self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
@@ -269,6 +322,7 @@ class AsyncProducer:
         delivery_timeout_s: float = 120.0,
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
+        idempotent: bool = False,
         transport: AsyncTransport | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
@@ -277,6 +331,8 @@ class AsyncProducer:
         self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
+        self._idempotent = idempotent
+        self._idempotence: Idempotence | None = None
         self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
             batch_bytes=batch_bytes, linger_s=linger_ms / 1000
         )
@@ -316,6 +372,9 @@ class AsyncProducer:
             raise ProducerClosedError("the producer is closed")
         record = _record(value, key, headers, timestamp)
         count = await self.partitions_for(topic)
+        if self._idempotent and self._idempotence is None:
+            answer = check(await self._transport.request("POST", **_init_request(self.url, None))).json()
+            self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         chosen = choose_partition(record.key, partition, count, self._sticky, topic)
         self._acc.add(topic, chosen, record, time.monotonic()).futures.append(future)
@@ -370,6 +429,11 @@ class AsyncProducer:
             base = 0
             try:
                 await refresh_async(self._routes, self._transport, batch.topic)
+                if self._idempotence is not None and self._idempotence.stale:
+                    answer = await self._transport.request(
+                        "POST", **_init_request(self.url, self._idempotence.producer_id)
+                    )
+                    self._idempotence.restart(check(answer).json()["producer_epoch"])  # type: ignore[index]
                 base = _offsets(await self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
@@ -387,7 +451,7 @@ class AsyncProducer:
             if error is not None:
                 future.set_exception(error)
             else:
-                future.set_result(RecordMetadata(batch.topic, batch.partition, base + index))
+                future.set_result(RecordMetadata(batch.topic, batch.partition, base + index if base >= 0 else -1))
         if self._acc.empty:
             self._idle.set()
         self._wake.set()

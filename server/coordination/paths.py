@@ -7,6 +7,7 @@ SERVERS = f"{ROOT}/servers"
 RING = f"{ROOT}/ring"
 PARTITIONS = f"{ROOT}/partitions"
 TOPICS = f"{ROOT}/topics"
+PRODUCERS = f"{ROOT}/producers"
 
 
 def topic(name: str) -> str:

@@ -1,0 +1,112 @@
+"""Idempotent producers against a real server: resends are stored once, also after a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from talos import Admin, Consumer, Producer, RecordData, Urllib3Transport, encode_batch
+from talos._transport import check
+from talos.devservices import StandaloneServer
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[StandaloneServer]:
+    server = StandaloneServer(tmp_path / "data").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def post(url: str, path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    import orjson
+
+    transport = Urllib3Transport()
+    try:
+        answer = transport.request(
+            "POST", url + path, body=orjson.dumps(body), headers={"content-type": "application/json"}
+        )
+    finally:
+        transport.close()
+    return answer.status, answer.json()  # type: ignore[return-value]
+
+
+def values(url: str, topic: str, partition: int = 0) -> list[bytes | None]:
+    with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
+        out = []
+        while True:
+            got = consumer.poll(1.0)
+            if not got:
+                return out
+            out += [m.value for m in got]
+
+
+def test_rest_resend_is_answered_with_the_original_offsets_even_after_a_restart(standalone: StandaloneServer) -> None:
+    url = standalone.url
+    Admin(url).create_topic("idem", partitions=1)
+    status, producer = post(url, "/v1/producers", {})
+    assert status == 200 and producer["producer_epoch"] == 0
+    pid = producer["producer_id"]
+    path = "/v1/topics/idem/partitions/0/messages"
+    first = {"producer_id": pid, "producer_epoch": 0, "sequence": 0, "messages": [{"value": "a"}, {"value": "b"}]}
+    status, stored = post(url, path, first)
+    assert status == 200
+    assert [r["offset"] for r in stored["results"]] == [0, 1]  # type: ignore[attr-defined]
+    status, again = post(url, path, first)
+    assert status == 200
+    assert [(r["offset"], r["duplicate"]) for r in again["results"]] == [(0, True), (1, True)]  # type: ignore[attr-defined]
+
+    status, gap = post(url, path, {**first, "sequence": 5})
+    assert status == 409 and gap["error"]["code"] == "OUT_OF_ORDER_SEQUENCE"  # type: ignore[index]
+
+    standalone.stop()
+    standalone.start()  # the producer state comes back from the log
+    status, after = post(url, path, first)
+    assert status == 200 and after["results"][0]["duplicate"] is True  # type: ignore[index]
+    status, nxt = post(url, path, {**first, "sequence": 2, "messages": [{"value": "c"}]})
+    assert status == 200 and nxt["results"][0]["offset"] == 2  # type: ignore[index]
+    assert values(url, "idem") == [b"a", b"b", b"c"]
+
+    # A new epoch for the same id fences the old instance.
+    status, bumped = post(url, "/v1/producers", {"producer_id": pid})
+    assert status == 200 and bumped == {"producer_id": pid, "producer_epoch": 1}
+    status, _ = post(url, path, {"producer_id": pid, "producer_epoch": 1, "sequence": 0, "messages": [{"value": "d"}]})
+    assert status == 200
+    status, fenced = post(url, path, {**first, "sequence": 3, "messages": [{"value": "late"}]})
+    assert status == 409 and fenced["error"]["code"] == "PRODUCER_FENCED"  # type: ignore[index]
+    assert values(url, "idem") == [b"a", b"b", b"c", b"d"]
+
+
+def test_binary_resend_from_the_sdk_codec_is_stored_once(standalone: StandaloneServer) -> None:
+    url = standalone.url
+    Admin(url).create_topic("raw", partitions=1)
+    transport = Urllib3Transport()
+    try:
+        init = check(transport.request("POST", f"{url}/v1/producers", body=b"{}")).json()
+        batch = encode_batch(
+            [RecordData(b"x"), RecordData(b"y")],
+            producer_id=init["producer_id"],  # type: ignore[index]
+            producer_epoch=0,
+            base_sequence=0,
+        )
+        headers = {"content-type": "application/vnd.talos.batch"}
+        path = f"{url}/v1/topics/raw/partitions/0/messages"
+        answers = [check(transport.request("POST", path, body=batch, headers=headers)).json() for _ in range(3)]
+    finally:
+        transport.close()
+    assert [a["results"][0]["offset"] for a in answers] == [0, 0, 0]  # type: ignore[index]
+    assert [a["results"][0]["duplicate"] for a in answers] == [False, True, True]  # type: ignore[index]
+    assert values(url, "raw") == [b"x", b"y"]
+
+
+def test_idempotent_sdk_producer_stores_in_order(standalone: StandaloneServer) -> None:
+    url = standalone.url
+    Admin(url).create_topic("sdk", partitions=2)
+    with Producer(url, idempotent=True, linger_ms=1) as producer:
+        futures = [producer.send("sdk", f"{i}".encode(), partition=i % 2) for i in range(100)]
+        producer.flush()
+    assert [f.result().offset for f in futures[::2]] == list(range(50))
+    assert values(url, "sdk", 0) == [f"{i}".encode() for i in range(0, 100, 2)]

@@ -274,7 +274,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             body = ProducerInit.model_validate_json(raw or b"{}")
         except ValidationError as exc:
-            raise ApiError(400, "INVALID_REQUEST", f'expected {{"producer_id"?: int >= 0}}: {exc.errors()[0]["msg"]}')
+            message = f"expected {{'producer_id'?: int >= 0}}: {exc.errors()[0]['msg']}"
+            raise ApiError(400, "INVALID_REQUEST", message) from None
         wanted = body.producer_id
         b = broker()
         producer_id, epoch = await asyncio.get_running_loop().run_in_executor(

@@ -251,7 +251,7 @@ class Broker:
                 try:
                     plog, producers = await self._io(self._open_log, config, index, ring_version)
                 except (LogError, KazooException) as exc:  # fenced by a newer ring, storage or ZooKeeper down
-                    log.info("cannot take over %s/%d: %s", topic, index, exc)
+                    log.info("cannot take over %s/%d: %r", topic, index, exc)
                     raise as_api_error(exc) from exc
                 loaded = LoadedPartition(
                     topic,
@@ -261,6 +261,7 @@ class Broker:
                     self.executor,
                     group_commit=self.config.group_commit,
                     producers=producers,
+                    flush_timeout_s=self.config.flush_timeout_s,
                 )
                 metrics.took_over()
                 if self.cluster is not None and not self.cluster.owner(topic, index).local:

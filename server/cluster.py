@@ -179,7 +179,7 @@ class ClusterMember:
                 if self.registered:
                     keeper.tick()
             except (KazooException, KazooTimeoutError, RuntimeError) as exc:
-                log.warning("ring maintenance: %s", exc)
+                log.warning("ring maintenance: %r", exc)
                 if not self.registered:
                     self._reregister.set()
             self._stop.wait(self.config.ring_check_s)

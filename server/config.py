@@ -31,6 +31,7 @@ class ServerConfig:
     default_partitions: int = 1
     max_wait_ms: int = 30_000  # upper bound of a long poll
     io_threads: int = 8
+    flush_timeout_s: float = 20.0  # a flush stuck longer (storage hung) abandons the log; the partition reloads
     producer_state_window_bytes: int = 16 * 1024 * 1024  # log tail read on load to rebuild producer sequences
     log_level: str = "info"
     access_log: bool = False

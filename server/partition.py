@@ -8,6 +8,7 @@ offsets or all with the same error. With group commit off, each request gets its
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from server.errors import ApiError
 from server.producers import Duplicate, ProducerStates
 from server.tailcache import PartitionTail
 from talos import BatchError, decode_records, iter_batches, read_header
+
+log = logging.getLogger("talos.server")
 
 __all__ = ["FetchResult", "LoadedPartition", "ProduceResult", "as_api_error", "load_producer_states"]
 
@@ -81,6 +84,7 @@ class LoadedPartition:
         *,
         group_commit: bool,
         producers: ProducerStates | None = None,
+        flush_timeout_s: float = 20.0,
     ) -> None:
         self.topic = topic
         self.index = index
@@ -95,10 +99,15 @@ class LoadedPartition:
         self._data = asyncio.Event()  # replaced after every commit: long polls wait on it
         self.flushes = 0
         self.loaded_at = time.monotonic()
+        self._flush_timeout_s = flush_timeout_s
+        # A flush that never returns (an HDFS pipeline waiting on a DataNode that restarted) must not hold
+        # the partition forever: past the timeout the log is abandoned, never touched again (its thread may
+        # still be inside it), and the broker takes the partition over anew, which recovers the lease.
+        self.abandoned: StorageError | None = None
 
     @property
     def failed(self) -> bool:
-        return self.log.failed is not None
+        return self.abandoned is not None or self.log.failed is not None
 
     # ---------------------------------------------------------------- produce
 
@@ -120,7 +129,16 @@ class LoadedPartition:
                 else:
                     group = [self._queue.pop(0)]
                 try:
-                    durable = await loop.run_in_executor(self._executor, self._write, group, loop)
+                    if self.abandoned is not None:
+                        raise self.abandoned
+                    work = loop.run_in_executor(self._executor, self._write, group, loop)
+                    durable = await asyncio.wait_for(asyncio.shield(work), self._flush_timeout_s)
+                except TimeoutError:
+                    self.abandoned = StorageError(f"a flush took over {self._flush_timeout_s:.0f}s; reloading")
+                    log.error("%s/%d: %s", self.topic, self.index, self.abandoned)
+                    for request in group:
+                        request.error = self.abandoned
+                    durable = self.log.durable_offset
                 except Exception as exc:
                     for request in group:
                         if request.error is None:
@@ -233,7 +251,7 @@ class LoadedPartition:
 
     def _close(self, seal: bool) -> None:
         try:
-            if self.log.failed is None:
+            if self.log.failed is None and self.abandoned is None:
                 self.log.close(seal=seal)
         finally:
             self.tail.clear()

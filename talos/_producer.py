@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,8 @@ from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
 from talos._routing import RouteTable, refresh, refresh_async
 from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+
+log = logging.getLogger("talos.producer")
 
 __all__ = ["AsyncProducer", "Producer", "ProducerClosedError"]
 
@@ -120,8 +123,18 @@ def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dic
 def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: BaseException | None) -> float | None:
     """Seconds to wait before sending ``batch`` again, or None when it is answered (stored or failed)."""
     if error is None or not _retriable(error) or time.monotonic() - batch.created >= producer._delivery_timeout_s:
-        if error is not None and producer._idempotence is not None:
-            producer._idempotence.stale = True  # its sequences will never be stored: a gap for the next batch
+        if error is not None:
+            log.warning(
+                "giving up on %d record(s) for %s/%d after %d attempt(s) in %.1fs: %r",
+                len(batch.records),
+                batch.topic,
+                batch.partition,
+                batch.attempts + 1,
+                time.monotonic() - batch.created,
+                error,
+            )
+            if producer._idempotence is not None:
+                producer._idempotence.stale = True  # its sequences will never be stored: a gap for the next batch
         return None
     if producer._routes.learn(batch.topic, batch.partition, error) and batch.attempts < 3:
         batch.attempts += 1

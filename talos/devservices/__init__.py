@@ -13,6 +13,7 @@ from talos.devservices._cluster import (
     LocalCluster,
     recorded_alive,
     recorded_cluster,
+    relaunch,
     stop_recorded_cluster,
 )
 from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
@@ -27,6 +28,7 @@ __all__ = [
     "LocalCluster",
     "recorded_alive",
     "recorded_cluster",
+    "relaunch",
     "stop_recorded_cluster",
     "HADOOP_VERSION",
     "HdfsCluster",

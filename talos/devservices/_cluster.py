@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -26,6 +27,7 @@ __all__ = [
     "LocalCluster",
     "recorded_alive",
     "recorded_cluster",
+    "relaunch",
     "stop_recorded_cluster",
 ]
 
@@ -218,8 +220,26 @@ class LocalCluster:
             "servers": [
                 {"id": s.server_id, "url": s.url, "pid": _pid(s.process), "log": str(s.log_dir)} for s in self.servers
             ],
+            "settings": {
+                "zk_session_timeout_s": self.settings.zk_session_timeout_s,
+                "reassign_delay_s": self.settings.reassign_delay_s,
+                "join_delay_s": self.settings.join_delay_s,
+            },
+            # How to start each process again (fault injection restarts them: `talos verify --faults local`).
+            "processes": {
+                name: {"pid": _pid(process), "argv": process.argv, "log": str(process.log_path), "env": env}
+                for name, process, env in self._processes()
+                if process is not None
+            },
         }
         (self.base_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+    def _processes(self) -> list[tuple[str, ManagedProcess | None, dict[str, str]]]:
+        out: list[tuple[str, ManagedProcess | None, dict[str, str]]] = [("zookeeper", self.zookeeper.process, {})]
+        if self.hdfs is not None:
+            out += [("namenode", self.hdfs.namenode, {}), ("datanode", self.hdfs.datanode, {})]
+        out += [(f"server:{s.server_id}", s.process, dict(self.settings.env)) for s in self.servers]
+        return out
 
     def describe(self) -> list[str]:
         lines = [f"server {s.server_id} {s.url} pid={s.pid}" for s in self.servers]
@@ -304,3 +324,31 @@ def stop_recorded_cluster(base_dir: Path) -> list[str]:
         stopped.append("zookeeper")
     (base_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped
+
+
+def relaunch(base_dir: Path, name: str) -> int:
+    """Start the recorded process ``name`` (``zookeeper``, ``datanode``, ``server:s1`` …) again, detached,
+    with its recorded command line; records and returns the new PID."""
+    path = base_dir / STATE_FILE
+    state = json.loads(path.read_text())
+    entry = state["processes"][name]
+    with open(entry["log"], "ab") as log:
+        process = subprocess.Popen(
+            entry["argv"],
+            env={**os.environ, **entry.get("env", {})},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    entry["pid"] = process.pid
+    if name.startswith("server:"):
+        for server in state["servers"]:
+            if f"server:{server['id']}" == name:
+                server["pid"] = process.pid
+    elif name in ("namenode", "datanode") and state.get("hdfs"):
+        state["hdfs"][f"{name}_pid"] = process.pid
+    elif name == "zookeeper":
+        state["zookeeper"]["pid"] = process.pid
+    path.write_text(json.dumps(state, indent=2))
+    return process.pid

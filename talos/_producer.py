@@ -156,6 +156,12 @@ class Producer:
     ...     future = producer.send("orders", value=b"...", key=b"customer-42")
     ...     producer.flush()
     ...     future.result().offset
+
+    ``idempotent=True`` asks the cluster for a producer id; every batch carries it with an epoch and a
+    per-partition sequence, so a resend after a lost acknowledgement (timeouts, failover) is stored once
+    and answered with the original offsets. ``producer_id=`` continues as an earlier producer id with a
+    new epoch, fencing any older instance that still uses it. ``route_to_owner=False`` sends everything
+    to ``url`` (which forwards) instead of straight to each partition's owner.
     """
 
     def __init__(
@@ -172,6 +178,7 @@ class Producer:
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
         idempotent: bool = False,
+        producer_id: int | None = None,
         transport: Transport | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
@@ -181,8 +188,8 @@ class Producer:
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._idempotence: Idempotence | None = None
-        if idempotent:
-            answer = check(self._transport.request("POST", **_init_request(self.url, None))).json()
+        if idempotent or producer_id is not None:
+            answer = check(self._transport.request("POST", **_init_request(self.url, producer_id))).json()
             self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
         self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
@@ -336,6 +343,7 @@ class AsyncProducer:
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
         idempotent: bool = False,
+        producer_id: int | None = None,
         transport: AsyncTransport | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
@@ -344,7 +352,8 @@ class AsyncProducer:
         self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
-        self._idempotent = idempotent
+        self._idempotent = idempotent or producer_id is not None
+        self._producer_id = producer_id
         self._idempotence: Idempotence | None = None
         self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
             batch_bytes=batch_bytes, linger_s=linger_ms / 1000
@@ -386,7 +395,7 @@ class AsyncProducer:
         record = _record(value, key, headers, timestamp)
         count = await self.partitions_for(topic)
         if self._idempotent and self._idempotence is None:
-            answer = check(await self._transport.request("POST", **_init_request(self.url, None))).json()
+            answer = check(await self._transport.request("POST", **_init_request(self.url, self._producer_id))).json()
             self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         chosen = choose_partition(record.key, partition, count, self._sticky, topic)

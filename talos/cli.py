@@ -173,7 +173,23 @@ def topics_delete(url: str, name: str, yes: bool) -> None:
 @click.option("--key-sep", default=None, help="Split each line at the first SEP into key and value.")
 @click.option("--partition", type=int, default=None, help="Send everything to this partition.")
 @click.option("--acks", type=click.Choice(["durable", "accepted"]), default="durable", show_default=True)
-def produce(url: str, topic: str, source: BinaryIO, key_sep: str | None, partition: int | None, acks: str) -> None:
+@click.option("--idempotent", is_flag=True, help="Exactly once: resends are recognised and stored once.")
+@click.option(
+    "--producer-id",
+    type=click.IntRange(0),
+    default=None,
+    help="Continue as this idempotent producer (a new epoch: an older instance with this id is fenced).",
+)
+def produce(
+    url: str,
+    topic: str,
+    source: BinaryIO,
+    key_sep: str | None,
+    partition: int | None,
+    acks: str,
+    idempotent: bool,
+    producer_id: int | None,
+) -> None:
     """Send each line of stdin (or --file) as one message to TOPIC."""
     size = _file_size(source)
     sent = 0
@@ -181,7 +197,7 @@ def produce(url: str, topic: str, source: BinaryIO, key_sep: str | None, partiti
     separator = key_sep.encode() if key_sep else None
     try:
         with (
-            Producer(url, acks=acks) as producer,
+            Producer(url, acks=acks, idempotent=idempotent, producer_id=producer_id) as producer,
             click.progressbar(
                 length=size or 0, label=f"producing to {topic}", file=sys.stderr, hidden=not size
             ) as progress,

@@ -110,3 +110,34 @@ def test_idempotent_sdk_producer_stores_in_order(standalone: StandaloneServer) -
         producer.flush()
     assert [f.result().offset for f in futures[::2]] == list(range(50))
     assert values(url, "sdk", 0) == [f"{i}".encode() for i in range(0, 100, 2)]
+
+
+def test_cli_produces_idempotently_and_can_continue_as_a_producer_id(standalone: StandaloneServer) -> None:
+    import subprocess
+    import sys
+
+    url = standalone.url
+    Admin(url).create_topic("cli", partitions=1)
+    status, producer = post(url, "/v1/producers", {})
+    assert status == 200
+
+    def produce(*flags: str, lines: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "talos.cli", "produce", "cli", "--url", url, "--partition", "0", *flags],
+            input=lines,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    first = produce("--idempotent", lines="a\nb\n")
+    assert first.returncode == 0, first.stderr
+    second = produce("--producer-id", str(producer["producer_id"]), lines="c\n")
+    assert second.returncode == 0, second.stderr
+    assert values(url, "cli") == [b"a", b"b", b"c"]
+    # Continuing as the producer id took a new epoch: the next one is 2.
+    status, bumped = post(url, "/v1/producers", {"producer_id": producer["producer_id"]})
+    assert bumped["producer_epoch"] == 2
+    unknown = produce("--producer-id", "999999", lines="x\n")
+    assert unknown.returncode != 0 and "999999" in unknown.stderr

@@ -523,6 +523,16 @@ class PartitionLog:
         position = segment.positions[slot] if slot >= 0 else 0
         return self._read_batches(segment, memory, position, length, offset, max_bytes)
 
+    def durable_end_of(self, epoch: int) -> int:
+        """How far the log was durable when the session of ``epoch`` ended (Swift's checkpoint of an
+        earlier load session): the highest end of the segments written at that epoch or before."""
+        if epoch >= self._epoch:
+            return self._durable_offset
+        with self._lock:
+            ends = [s.end for s in self._segments if s.name.epoch <= epoch]
+            first = self._segments[0].base if self._segments else self._durable_offset
+        return max(ends, default=first)
+
     def tail_offset(self, max_bytes: int) -> int:
         """An offset from which reading to the end covers at least the last ``max_bytes`` of the log (whole
         batches), for rebuilding state that lives in the tail, such as idempotent producers' sequences."""

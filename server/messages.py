@@ -21,7 +21,7 @@ from server.broker import Broker, NotOwnerError
 from server.cluster import Owner
 from server.errors import ApiError
 from server.forwarding import HOPS_HEADER
-from server.partition import ProduceResult
+from server.partition import LoadedPartition, ProduceResult
 from server.reply import JSON, Reply
 from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key
 
@@ -100,6 +100,27 @@ def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | Non
             raise ApiError(413, "MESSAGE_TOO_LARGE", f"messages[{index}] has {size} bytes; the limit is {max_message}")
         out.append((partition, RecordData(value, key, headers, timestamp)))
     return out, acks == "durable"
+
+
+def _check_session(loaded: LoadedPartition, query: Mapping[str, str]) -> None:
+    """Swift's write protocol: a write that names a load session other than the current one is refused,
+    with how far that session got durable, so the producer can resend exactly what was lost."""
+    raw = query.get("session")
+    if raw is None:
+        return
+    session = int_param(query, "session", None)
+    if session != loaded.log.epoch:
+        raise ApiError(
+            409,
+            "SESSION_CHANGED",
+            f"the partition was reloaded (session {session} → {loaded.log.epoch}); resend what is not durable",
+            retriable=True,
+            details={
+                "session": loaded.log.epoch,
+                "session_end": loaded.log.durable_end_of(session),
+                "checkpoint": loaded.log.durable_offset,
+            },
+        )
 
 
 def _idempotence(doc: dict[str, Any]) -> dict[str, int]:
@@ -249,6 +270,7 @@ async def _produce_batches(
     except NotOwnerError as exc:
         return await _forward(broker, exc.owner, "POST", topic, partition, "messages", headers, query, body)
     durable = query.get("acks", "durable") != "accepted"
+    _check_session(loaded, query)
     try:
         spans = [(pos, header.length, header.record_count) for pos, header in iter_batches(body, verify=False)]
     except Exception as exc:
@@ -354,7 +376,14 @@ async def offsets(
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
         return await _forward(broker, exc.owner, "GET", topic, partition, "offsets", headers, query)
-    answer = {"partition": partition, "earliest": loaded.log.start_offset, "latest": loaded.log.durable_offset}
+    answer = {
+        "partition": partition,
+        "earliest": loaded.log.start_offset,
+        "latest": loaded.log.durable_offset,
+        "session": loaded.log.epoch,
+    }
+    if "session" in query:  # how far an earlier load session got durable (Swift's resend point)
+        answer["session_end"] = loaded.log.durable_end_of(int_param(query, "session", None))
     if "timestamp" in query:
         answer["offset"] = await loaded.offset_for_timestamp(int_param(query, "timestamp", None))
     return Reply(200, orjson.dumps(answer))

@@ -151,7 +151,8 @@ class Admin:
         self._call(_delete(name))
 
     def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> dict[str, int]:
-        """``{"earliest", "latest"}``, and ``"offset"``: the first at or after ``timestamp`` (ms) if given."""
+        """``{"earliest", "latest", "session"}``, and ``"offset"``: the first at or after ``timestamp`` (ms)
+        if given. ``session`` is the partition's load session (it changes when the partition moves)."""
         return self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
 
     def close(self) -> None:

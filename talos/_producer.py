@@ -26,6 +26,7 @@ from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
 from talos._routing import RouteTable, refresh, refresh_async
 from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+from talos._window import Accepted, PartitionWindow
 
 log = logging.getLogger("talos.producer")
 
@@ -102,6 +103,7 @@ class _SenderSettings(Protocol):
     _routes: RouteTable
     _idempotence: Idempotence | None
     _params: dict[str, str]
+    _windows: dict[tuple[str, int], PartitionWindow]
     _backoff_s: float
     _delivery_timeout_s: float
     _request_timeout_s: float
@@ -113,11 +115,18 @@ def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dic
     producer_fields = producer._idempotence.fields(batch) if producer._idempotence is not None else {}
     return {
         "url": base + _path(batch.topic, batch.partition),
-        "params": producer._params,
+        "params": _params_for(producer, batch),
         "body": encode_batch(batch.records, **producer_fields),
         "headers": {**_BATCH_HEADERS, **route_headers} if route_headers else _BATCH_HEADERS,
         "timeout": producer._request_timeout_s,
     }
+
+
+def _params_for(producer: _SenderSettings, batch: PendingBatch[Any]) -> dict[str, str]:
+    window = producer._windows.get((batch.topic, batch.partition))
+    if window is None or window.session is None:
+        return producer._params
+    return {**producer._params, "session": str(window.session)}
 
 
 def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: BaseException | None) -> float | None:
@@ -145,8 +154,15 @@ def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: Bas
 
 def _offsets(response: Response) -> int:
     """The batch's base offset (-1: an idempotent resend of a batch stored too long ago to say where)."""
-    body = check(response).json()
-    return int(body["results"][0]["offset"])  # type: ignore[index]
+    return _result(response)[0]
+
+
+def _result(response: Response) -> tuple[int, int, int, int]:
+    """(base offset, next offset, durable checkpoint, load session) of a one-batch produce answer."""
+    result = check(response).json()["results"][0]  # type: ignore[index]
+    base = int(result["offset"])
+    count = int(result.get("count", 1))
+    return base, base + count, int(result.get("durable_offset", 0)), int(result.get("session", 0))
 
 
 class Producer:
@@ -193,6 +209,9 @@ class Producer:
             self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
         self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
+        # acks="accepted": Swift's window per partition (what was accepted, until it is durable)
+        self._accepted = acks == "accepted"
+        self._windows: dict[tuple[str, int], PartitionWindow] = {}
         self._buffer_bytes = buffer_bytes
         self._backoff_s = retry_backoff_ms / 1000
         self._delivery_timeout_s = delivery_timeout_s
@@ -205,6 +224,88 @@ class Producer:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="talos-send")
         self._sender = threading.Thread(target=self._run, name="talos-producer", daemon=True)
         self._sender.start()
+
+    def _window(self, topic: str, partition: int) -> PartitionWindow:
+        with self._cond:
+            return self._windows.setdefault((topic, partition), PartitionWindow())
+
+    def _deliver(self, window: PartitionWindow | None, queue: list[PendingBatch[None]]) -> BaseException | None:
+        """Send the batches in order, each retried until answered. With a window (acks="accepted") a batch
+        is answered once durable; a changed session puts what was lost back at the front of the queue.
+        Returns the last batch's error (None: stored)."""
+        error: BaseException | None = None
+        while queue:
+            batch = queue[0]
+            error = None
+            result = (0, 0, 0, 0)
+            try:
+                refresh(self._routes, self._transport, batch.topic)
+                if self._idempotence is not None and self._idempotence.stale:
+                    self._new_epoch()
+                result = _result(self._transport.request("POST", **_produce_request(self, batch)))
+            except Exception as exc:
+                error = exc
+            if window is not None and isinstance(error, ApiError) and error.code == "SESSION_CHANGED":
+                confirmed, resend = window.moved(int(error.details["session"]), int(error.details["session_end"]))  # type: ignore[call-overload]
+                _confirm(confirmed)
+                queue[:0] = [b for b in resend if b is not batch]
+                continue  # now with the new session
+            delay = _retry_delay(self, batch, error)
+            if delay is not None:
+                time.sleep(delay)
+                continue  # the partition stays busy meanwhile: order holds
+            queue.pop(0)
+            if window is None or error is not None:
+                assert isinstance(batch.outcome, BatchOutcome)
+                batch.outcome.resolve(result[0], error)
+            else:
+                _confirm(window.accepted(batch, *result))
+        return error
+
+    def wait_durable(self, timeout: float | None = None) -> None:
+        """Block until every record sent so far is durable (Swift's ``waitFinish``): after :meth:`flush`,
+        with ``acks="accepted"``, until the partitions' checkpoints pass everything they accepted; what a
+        reload lost meanwhile is sent again. (With ``acks="durable"`` this is :meth:`flush`.)"""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.flush(timeout)
+        while True:
+            with self._cond:
+                pending = [(key, w) for key, w in self._windows.items() if not w.empty]
+            if not pending:
+                return
+            for (topic, partition), window in pending:
+                with window.lock:
+                    self._poll_checkpoint(topic, partition, window)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError("wait_durable timed out")
+            time.sleep(0.01)
+
+    def _poll_checkpoint(self, topic: str, partition: int, window: PartitionWindow) -> None:
+        if window.empty or window.session is None:
+            return
+        base, route_headers = self._routes.target(topic, partition)
+        try:
+            answer = check(
+                self._transport.request(
+                    "GET",
+                    f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/offsets",
+                    params={"session": window.session},
+                    headers=route_headers,
+                )
+            ).json()
+        except TalosError as exc:
+            self._routes.learn(topic, partition, exc)
+            time.sleep(0.2)
+            return
+        assert isinstance(answer, dict)
+        if int(answer["session"]) == window.session:
+            _confirm(window.advance(int(answer["latest"])))
+            return
+        confirmed, resend = window.moved(int(answer["session"]), int(answer["session_end"]))
+        _confirm(confirmed)
+        error = self._deliver(window, resend) if resend else None
+        if error is not None:
+            log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
 
     def _new_epoch(self) -> None:
         assert self._idempotence is not None
@@ -274,10 +375,10 @@ class Producer:
                 self._flushing -= 1
 
     def close(self) -> None:
-        """Flush, then stop the background sender."""
+        """Flush (with ``acks="accepted"``: until durable), then stop the background sender."""
         if self._closed:
             return
-        self.flush()
+        self.wait_durable()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -304,28 +405,23 @@ class Producer:
                 self._cond.wait(wait if wait is not None else 0.5)
 
     def _send(self, batch: PendingBatch[None]) -> None:
-        while True:
-            error: BaseException | None = None
-            base = 0
-            try:
-                refresh(self._routes, self._transport, batch.topic)
-                if self._idempotence is not None and self._idempotence.stale:
-                    self._new_epoch()
-                base = _offsets(self._transport.request("POST", **_produce_request(self, batch)))
-            except Exception as exc:
-                error = exc
-            delay = _retry_delay(self, batch, error)
-            if delay is not None:
-                time.sleep(delay)
-                continue  # the partition stays busy meanwhile: order holds
-            break
-        assert isinstance(batch.outcome, BatchOutcome)
-        batch.outcome.resolve(base, error)
+        if self._accepted:
+            window = self._window(batch.topic, batch.partition)
+            with window.lock:
+                error = self._deliver(window, [batch])
+        else:
+            error = self._deliver(None, [batch])
         with self._cond:
             if isinstance(error, NotFoundError):
                 self._partitions.pop(batch.topic, None)
             self._acc.done(batch)
             self._cond.notify_all()
+
+
+def _confirm(entries: list[Accepted]) -> None:
+    for entry in entries:
+        assert isinstance(entry.batch.outcome, BatchOutcome)
+        entry.batch.outcome.resolve(entry.base_offset, None)
 
 
 class AsyncProducer:
@@ -359,6 +455,7 @@ class AsyncProducer:
             batch_bytes=batch_bytes, linger_s=linger_ms / 1000
         )
         self._params = {"acks": acks}
+        self._windows: dict[tuple[str, int], PartitionWindow] = {}  # Swift's window: the sync Producer's
         self._backoff_s = retry_backoff_ms / 1000
         self._delivery_timeout_s = delivery_timeout_s
         self._request_timeout_s = request_timeout_s

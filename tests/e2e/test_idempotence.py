@@ -141,3 +141,36 @@ def test_cli_produces_idempotently_and_can_continue_as_a_producer_id(standalone:
     assert bumped["producer_epoch"] == 2
     unknown = produce("--producer-id", "999999", lines="x\n")
     assert unknown.returncode != 0 and "999999" in unknown.stderr
+
+
+def test_a_write_naming_an_old_load_session_is_refused_with_where_that_session_ended(
+    standalone: StandaloneServer,
+) -> None:
+    url = standalone.url
+    Admin(url).create_topic("swift", partitions=1)
+    path = f"{url}/v1/topics/swift/partitions/0/messages"
+    headers = {"content-type": "application/vnd.talos.batch"}
+    transport = Urllib3Transport()
+    try:
+        batch = encode_batch([RecordData(b"a"), RecordData(b"b")])
+        first = check(transport.request("POST", path, params={"acks": "accepted"}, body=batch, headers=headers))
+        session = first.json()["results"][0]["session"]  # type: ignore[index]
+        standalone.stop()  # graceful: what was accepted is flushed and sealed
+        standalone.start()
+        stale = transport.request(
+            "POST", path, params={"acks": "accepted", "session": session}, body=batch, headers=headers
+        )
+        assert stale.status == 409
+        error = stale.json()["error"]  # type: ignore[index]
+        assert error["code"] == "SESSION_CHANGED" and error["session"] > session and error["session_end"] == 2
+        offsets = check(
+            transport.request("GET", f"{url}/v1/topics/swift/partitions/0/offsets", params={"session": session})
+        )
+        assert offsets.json()["session_end"] == 2  # type: ignore[index]
+    finally:
+        transport.close()
+    with Producer(url, acks="accepted") as producer:  # the SDK keeps what is accepted until it is durable
+        futures = [producer.send("swift", f"{i}".encode(), partition=0) for i in range(20)]
+        producer.wait_durable(timeout=30)
+    assert [f.result().offset for f in futures] == list(range(2, 22))
+    assert values(url, "swift") == [b"a", b"b"] + [f"{i}".encode() for i in range(20)]

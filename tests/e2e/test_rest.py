@@ -117,7 +117,8 @@ def test_fetch_limits_and_offsets(server: StandaloneServer, topic_name: str) -> 
     assert [m["offset"] for m in body["messages"]] == [10, 11, 12, 13, 14]
     assert body["next_offset"] == 15
     status, body = call(server, "GET", f"{path}/offsets")
-    assert body == {"partition": 0, "earliest": 0, "latest": 50}
+    assert {k: body[k] for k in ("partition", "earliest", "latest")} == {"partition": 0, "earliest": 0, "latest": 50}
+    assert body["session"] >= 1  # the partition's load session (Swift): its epoch
     status, body = call(server, "GET", f"{path}/offsets?timestamp={1_000_000 + 20_500}")
     assert body["offset"] == 21
     status, body = call(server, "GET", f"{path}/offsets?timestamp=9999999999999")

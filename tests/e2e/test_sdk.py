@@ -42,7 +42,8 @@ def test_admin(server: StandaloneServer, topic_name: str) -> None:
         assert topic_name in [t.name for t in admin.list_topics()]
         assert admin.alter_topic(topic_name, partitions=3).partitions == 3
         assert [p.partition for p in admin.describe_topic(topic_name).partition_offsets] == [0, 1, 2]
-        assert admin.offsets(topic_name, 0) == {"partition": 0, "earliest": 0, "latest": 0}
+        offsets = admin.offsets(topic_name, 0)
+        assert (offsets["partition"], offsets["earliest"], offsets["latest"]) == (0, 0, 0)
         admin.delete_topic(topic_name)
         with pytest.raises(NotFoundError):
             admin.describe_topic(topic_name)

@@ -262,6 +262,7 @@ class Broker:
                     group_commit=self.config.group_commit,
                     producers=producers,
                     flush_timeout_s=self.config.flush_timeout_s,
+                    version=ring_version,
                 )
                 metrics.took_over()
                 if self.cluster is not None and not self.cluster.owner(topic, index).local:

@@ -180,6 +180,7 @@ async def _forward_batch(
         int(result["durable_offset"]),
         int(result.get("session", 0)),
         bool(result.get("duplicate", False)),
+        int(result.get("version", 0)),
     )
 
 
@@ -257,6 +258,7 @@ async def _produce_json(
                 "durable_offset": answer.durable_offset,
                 "session": answer.session,
                 "duplicate": answer.duplicate,
+                "version": answer.version,
             }
     metrics.produced(topic, len(messages), len(body))
     return Reply(200, orjson.dumps({"results": results}))
@@ -290,6 +292,7 @@ async def _produce_batches(
             "durable_offset": a.durable_offset,
             "session": a.session,
             "duplicate": a.duplicate,
+            "version": a.version,
         }
         for a in answers
     ]

@@ -32,6 +32,7 @@ class ProduceResult:
     durable_offset: int  # everything below is durable (Swift's checkpoint)
     session: int = 0  # the partition's load session (its epoch): changes when it moves or reloads
     duplicate: bool = False  # an idempotent producer's resend: stored before, not stored again
+    version: int = 0  # the ring version the partition was loaded under (Swift's V; 0 when standalone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +86,13 @@ class LoadedPartition:
         group_commit: bool,
         producers: ProducerStates | None = None,
         flush_timeout_s: float = 20.0,
+        version: int = 0,
     ) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.producers = producers or ProducerStates()
+        self.version = version
         self.tail = tail
         self._executor = executor
         self._group_commit = group_commit
@@ -151,7 +154,9 @@ class LoadedPartition:
                         request.future.set_exception(as_api_error(request.error))
                     else:
                         assert request.offsets is not None
-                        result = ProduceResult(*request.offsets, durable, self.log.epoch, request.duplicate)
+                        result = ProduceResult(
+                            *request.offsets, durable, self.log.epoch, request.duplicate, self.version
+                        )
                         request.future.set_result(result)
                 for request in group:
                     if request.error is None and request.offsets is not None and not request.duplicate:
@@ -181,7 +186,7 @@ class LoadedPartition:
                 continue
             self.producers.record(header, request.offsets[0])
             if not request.durable:
-                result = ProduceResult(*request.offsets, self.log.durable_offset, self.log.epoch)
+                result = ProduceResult(*request.offsets, self.log.durable_offset, self.log.epoch, False, self.version)
                 loop.call_soon_threadsafe(_resolve, request.future, result)
         self.flushes += 1
         return self.log.flush()

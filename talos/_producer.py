@@ -245,8 +245,9 @@ class Producer:
                 result = _result(self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
-            if window is not None and isinstance(error, ApiError) and error.code == "SESSION_CHANGED":
-                confirmed, resend = window.moved(int(error.details["session"]), int(error.details["session_end"]))  # type: ignore[call-overload]
+            moved = _session_moved(error) if window is not None else None
+            if window is not None and moved is not None:
+                confirmed, resend = window.moved(*moved)
                 _confirm(confirmed)
                 queue[:0] = [b for b in resend if b is not batch]
                 continue  # now with the new session
@@ -256,8 +257,7 @@ class Producer:
                 continue  # the partition stays busy meanwhile: order holds
             queue.pop(0)
             if window is None or error is not None:
-                assert isinstance(batch.outcome, BatchOutcome)
-                batch.outcome.resolve(result[0], error)
+                _settle(batch, result[0], error)
             else:
                 _confirm(window.accepted(batch, *result))
         return error
@@ -288,7 +288,7 @@ class Producer:
             answer = check(
                 self._transport.request(
                     "GET",
-                    f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/offsets",
+                    _offsets_url(base, topic, partition),
                     params={"session": window.session},
                     headers=route_headers,
                 )
@@ -418,10 +418,34 @@ class Producer:
             self._cond.notify_all()
 
 
+def _settle(batch: PendingBatch[Any], base: int, error: BaseException | None) -> None:
+    """Answer every record of the batch: the sync producer's shared outcome, or the async one's futures."""
+    if isinstance(batch.outcome, BatchOutcome):
+        batch.outcome.resolve(base, error)
+        return
+    for index, future in enumerate(batch.futures):
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(RecordMetadata(batch.topic, batch.partition, base + index if base >= 0 else -1))
+
+
 def _confirm(entries: list[Accepted]) -> None:
     for entry in entries:
-        assert isinstance(entry.batch.outcome, BatchOutcome)
-        entry.batch.outcome.resolve(entry.base_offset, None)
+        _settle(entry.batch, entry.base_offset, None)
+
+
+def _session_moved(error: BaseException | None) -> tuple[int, int] | None:
+    """(new session, where the old one ended) if the owner refused a write for naming an old session."""
+    if isinstance(error, ApiError) and error.code == "SESSION_CHANGED":
+        return int(str(error.details["session"])), int(str(error.details["session_end"]))
+    return None
+
+
+def _offsets_url(base: str, topic: str, partition: int) -> str:
+    return f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
 
 
 class AsyncProducer:
@@ -455,7 +479,9 @@ class AsyncProducer:
             batch_bytes=batch_bytes, linger_s=linger_ms / 1000
         )
         self._params = {"acks": acks}
-        self._windows: dict[tuple[str, int], PartitionWindow] = {}  # Swift's window: the sync Producer's
+        self._accepted = acks == "accepted"
+        self._windows: dict[tuple[str, int], PartitionWindow] = {}  # Swift's window (acks="accepted")
+        self._window_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._backoff_s = retry_backoff_ms / 1000
         self._delivery_timeout_s = delivery_timeout_s
         self._request_timeout_s = request_timeout_s
@@ -516,12 +542,85 @@ class AsyncProducer:
     async def close(self) -> None:
         if self._closed:
             return
-        await self.flush()
+        await self.wait_durable()
         self._closed = True
         self._wake.set()
         if self._runner is not None:
             await self._runner
         await self._transport.close()
+
+    async def _deliver(
+        self, window: PartitionWindow | None, queue: list[PendingBatch[asyncio.Future[RecordMetadata]]]
+    ) -> BaseException | None:
+        """The asyncio twin of :meth:`Producer._deliver`."""
+        error: BaseException | None = None
+        while queue:
+            batch = queue[0]
+            error = None
+            result = (0, 0, 0, 0)
+            try:
+                await refresh_async(self._routes, self._transport, batch.topic)
+                if self._idempotence is not None and self._idempotence.stale:
+                    request = _init_request(self.url, self._idempotence.producer_id)
+                    answer = await self._transport.request("POST", **request)
+                    self._idempotence.restart(check(answer).json()["producer_epoch"])  # type: ignore[index]
+                result = _result(await self._transport.request("POST", **_produce_request(self, batch)))
+            except Exception as exc:
+                error = exc
+            moved = _session_moved(error) if window is not None else None
+            if window is not None and moved is not None:
+                confirmed, resend = window.moved(*moved)
+                _confirm(confirmed)
+                queue[:0] = [b for b in resend if b is not batch]
+                continue
+            delay = _retry_delay(self, batch, error)
+            if delay is not None:
+                await asyncio.sleep(delay)
+                continue  # the partition stays busy: order holds
+            queue.pop(0)
+            if window is None or error is not None:
+                _settle(batch, result[0], error)
+            else:
+                _confirm(window.accepted(batch, *result))
+        return error
+
+    async def wait_durable(self, timeout: float | None = None) -> None:
+        """The asyncio twin of :meth:`Producer.wait_durable`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        await self.flush()
+        while True:
+            pending = [(key, w) for key, w in self._windows.items() if not w.empty]
+            if not pending:
+                return
+            for (topic, partition), window in pending:
+                async with self._window_locks.setdefault((topic, partition), asyncio.Lock()):
+                    await self._poll_checkpoint(topic, partition, window)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError("wait_durable timed out")
+            await asyncio.sleep(0.01)
+
+    async def _poll_checkpoint(self, topic: str, partition: int, window: PartitionWindow) -> None:
+        if window.empty or window.session is None:
+            return
+        base, route_headers = self._routes.target(topic, partition)
+        url = _offsets_url(base, topic, partition)
+        try:
+            response = await self._transport.request(
+                "GET", url, params={"session": window.session}, headers=route_headers
+            )
+            answer = check(response).json()
+        except TalosError as exc:
+            self._routes.learn(topic, partition, exc)
+            await asyncio.sleep(0.2)
+            return
+        assert isinstance(answer, dict)
+        if int(answer["session"]) == window.session:
+            _confirm(window.advance(int(answer["latest"])))
+            return
+        confirmed, resend = window.moved(int(answer["session"]), int(answer["session_end"]))
+        _confirm(confirmed)
+        if resend and (error := await self._deliver(window, resend)) is not None:
+            log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -543,34 +642,16 @@ class AsyncProducer:
                 await asyncio.wait_for(self._wake.wait(), wait if wait is not None else 0.5)
 
     async def _send(self, batch: PendingBatch[asyncio.Future[RecordMetadata]]) -> None:
-        while True:
-            error: BaseException | None = None
-            base = 0
-            try:
-                await refresh_async(self._routes, self._transport, batch.topic)
-                if self._idempotence is not None and self._idempotence.stale:
-                    answer = await self._transport.request(
-                        "POST", **_init_request(self.url, self._idempotence.producer_id)
-                    )
-                    self._idempotence.restart(check(answer).json()["producer_epoch"])  # type: ignore[index]
-                base = _offsets(await self._transport.request("POST", **_produce_request(self, batch)))
-            except Exception as exc:
-                error = exc
-            delay = _retry_delay(self, batch, error)
-            if delay is not None:
-                await asyncio.sleep(delay)
-                continue  # the partition stays busy: order holds
-            break
+        key = (batch.topic, batch.partition)
+        if self._accepted:
+            window = self._windows.setdefault(key, PartitionWindow())
+            async with self._window_locks.setdefault(key, asyncio.Lock()):
+                error = await self._deliver(window, [batch])
+        else:
+            error = await self._deliver(None, [batch])
         if isinstance(error, NotFoundError):
             self._partitions.pop(batch.topic, None)
         self._acc.done(batch)
-        for index, future in enumerate(batch.futures):
-            if future.done():
-                continue
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(RecordMetadata(batch.topic, batch.partition, base + index if base >= 0 else -1))
         if self._acc.empty:
             self._idle.set()
         self._wake.set()

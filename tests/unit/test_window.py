@@ -106,3 +106,51 @@ def test_window_confirms_by_checkpoint_and_resends_after_the_old_sessions_end() 
     assert [e.batch for e in confirmed] == [batches[1]]
     assert resend == [batches[2], batches[3]]
     assert window.session == 2 and window.empty
+
+
+class AsyncScripted:
+    """The scripted partition behind the asyncio transport interface."""
+
+    def __init__(self, partition: ScriptedPartition) -> None:
+        self.partition = partition
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        return self.partition(method, url, params or {}, body)
+
+    async def close(self) -> None:
+        pass
+
+
+def test_the_asyncio_twin_resends_what_a_reload_lost() -> None:
+    import asyncio
+
+    from talos import AsyncProducer
+
+    partition = ScriptedPartition(flush_every=3, reload_after=[4, 9])
+
+    async def scenario() -> list[int]:
+        producer = AsyncProducer(
+            "http://scripted", acks="accepted", transport=AsyncScripted(partition), linger_ms=0, batch_bytes=40
+        )
+        futures = []
+        for i in range(40):
+            futures.append(await producer.send("t", f"m{i:02d}".encode(), partition=0))
+            if i % 5 == 4:
+                await producer.flush()
+        await producer.wait_durable(timeout=10)
+        await producer.close()
+        return [(await f).offset for f in futures]
+
+    offsets = asyncio.run(scenario())
+    assert partition.refused >= 2
+    assert partition.durable == [f"m{i:02d}".encode() for i in range(40)]
+    assert offsets == list(range(40))

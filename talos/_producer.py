@@ -245,21 +245,9 @@ class Producer:
                 result = _result(self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
-            moved = _session_moved(error) if window is not None else None
-            if window is not None and moved is not None:
-                confirmed, resend = window.moved(*moved)
-                _confirm(confirmed)
-                queue[:0] = [b for b in resend if b is not batch]
-                continue  # now with the new session
-            delay = _retry_delay(self, batch, error)
-            if delay is not None:
-                time.sleep(delay)
-                continue  # the partition stays busy meanwhile: order holds
-            queue.pop(0)
-            if window is None or error is not None:
-                _settle(batch, result[0], error)
-            else:
-                _confirm(window.accepted(batch, *result))
+            delay = _after_attempt(self, window, queue, result, error)
+            if delay:
+                time.sleep(delay)  # the partition stays busy meanwhile: order holds
         return error
 
     def wait_durable(self, timeout: float | None = None) -> None:
@@ -437,6 +425,33 @@ def _confirm(entries: list[Accepted]) -> None:
         _settle(entry.batch, entry.base_offset, None)
 
 
+def _after_attempt(
+    producer: _SenderSettings,
+    window: PartitionWindow | None,
+    queue: list[PendingBatch[Any]],
+    result: tuple[int, int, int, int],
+    error: BaseException | None,
+) -> float | None:
+    """After one attempt to send ``queue[0]`` (both twins): seconds to wait before trying it again (0: at
+    once), or None when it is answered and off the queue. A changed session puts what it lost in front."""
+    batch = queue[0]
+    moved = _session_moved(error) if window is not None else None
+    if window is not None and moved is not None:
+        confirmed, resend = window.moved(*moved)
+        _confirm(confirmed)
+        queue[:0] = [b for b in resend if b is not batch]
+        return 0.0
+    delay = _retry_delay(producer, batch, error)
+    if delay is not None:
+        return delay
+    queue.pop(0)
+    if window is None or error is not None:
+        _settle(batch, result[0], error)
+    else:
+        _confirm(window.accepted(batch, *result))
+    return None
+
+
 def _session_moved(error: BaseException | None) -> tuple[int, int] | None:
     """(new session, where the old one ended) if the owner refused a write for naming an old session."""
     if isinstance(error, ApiError) and error.code == "SESSION_CHANGED":
@@ -567,21 +582,9 @@ class AsyncProducer:
                 result = _result(await self._transport.request("POST", **_produce_request(self, batch)))
             except Exception as exc:
                 error = exc
-            moved = _session_moved(error) if window is not None else None
-            if window is not None and moved is not None:
-                confirmed, resend = window.moved(*moved)
-                _confirm(confirmed)
-                queue[:0] = [b for b in resend if b is not batch]
-                continue
-            delay = _retry_delay(self, batch, error)
-            if delay is not None:
-                await asyncio.sleep(delay)
-                continue  # the partition stays busy: order holds
-            queue.pop(0)
-            if window is None or error is not None:
-                _settle(batch, result[0], error)
-            else:
-                _confirm(window.accepted(batch, *result))
+            delay = _after_attempt(self, window, queue, result, error)
+            if delay:
+                await asyncio.sleep(delay)  # the partition stays busy: order holds
         return error
 
     async def wait_durable(self, timeout: float | None = None) -> None:

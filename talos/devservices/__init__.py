@@ -18,7 +18,7 @@ from talos.devservices._cluster import (
 )
 from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
 from talos.devservices._hdfs import HdfsCluster
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._process import ManagedProcess, ServiceError, free_port, free_port_range, wait_until
 from talos.devservices._standalone import StandaloneServer
 from talos.devservices._zookeeper import ZooKeeperServer
 
@@ -39,5 +39,6 @@ __all__ = [
     "cache_dir",
     "ensure_hadoop",
     "free_port",
+    "free_port_range",
     "wait_until",
 ]

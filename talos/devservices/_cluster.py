@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from talos.devservices._hdfs import HdfsCluster
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_http_ready, wait_until
+from talos.devservices._process import ManagedProcess, ServiceError, free_port_range, wait_http_ready, wait_until
 from talos.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
@@ -154,9 +154,18 @@ class LocalCluster:
         base_dir = base_dir.resolve()  # `cluster down` recognises its processes by these paths
         self.base_dir = base_dir
         self.settings = settings or ClusterSettings()
-        self.zookeeper = ZooKeeperServer(base_dir / "zookeeper")
-        self.hdfs: HdfsCluster | None = HdfsCluster(base_dir / "hdfs") if storage == "hdfs" else None
-        ports = [base_port + i for i in range(servers)] if base_port else [free_port() for _ in range(servers)]
+        base_port = base_port or free_port_range(servers)
+        ports = [base_port + i for i in range(servers)]
+        # ZooKeeper and HDFS take free ports of their own: none may be one the servers are about to use.
+        while True:
+            self.zookeeper = ZooKeeperServer(base_dir / "zookeeper")
+            self.hdfs: HdfsCluster | None = HdfsCluster(base_dir / "hdfs") if storage == "hdfs" else None
+            taken = {self.zookeeper.port}
+            if self.hdfs is not None:
+                h = self.hdfs
+                taken |= {h.rpc_port, h.http_port, h.datanode_port, h.datanode_http_port}
+            if not taken & set(ports) and len(taken) == (5 if self.hdfs is not None else 1):
+                break
         self.servers = [
             ClusterServer(f"s{i + 1}", port, zk="", storage="", log_dir=base_dir / "logs", settings=self.settings)
             for i, port in enumerate(ports)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["ManagedProcess", "ServiceError", "free_port", "wait_http_ready", "wait_until"]
+__all__ = ["ManagedProcess", "ServiceError", "free_port", "free_port_range", "wait_http_ready", "wait_until"]
 
 
 class ServiceError(RuntimeError):
@@ -23,6 +24,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_range(count: int, *, low: int = 20000, high: int = 30000) -> int:
+    """The first of ``count`` consecutive ports that are free on 127.0.0.1 now, below the kernel's range of
+    ephemeral ports (so the ports other services are handed by :func:`free_port` cannot collide)."""
+    for base in range(low + random.randrange(0, high - low - count, count), high - count, count):
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise ServiceError(f"no {count} consecutive free ports in {low}..{high}")
 
 
 def wait_until(check: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1) -> None:

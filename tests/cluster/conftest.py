@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import ClusterServer, ClusterSettings, HdfsCluster, ZooKeeperServer, free_port, wait_until
+from talos.devservices import (
+    ClusterServer,
+    ClusterSettings,
+    HdfsCluster,
+    ZooKeeperServer,
+    free_port,
+    free_port_range,
+    wait_until,
+)
 
 _counter = itertools.count()
 
@@ -111,8 +119,9 @@ def start_cluster(
     name = f"c{os.getpid()}-{next(_counter)}"
     cluster = Cluster(f"{zookeeper.address}/{name}", f"{hdfs.url}/clusters/{name}", log_dir, settings)
     try:
+        base_port = free_port_range(count)  # not free_port() per server: one not yet bound could come twice
         for index in range(count):
-            cluster.add(f"s{index + 1}", wait=False)
+            cluster.add(f"s{index + 1}", port=base_port + index, wait=False)
         for server in cluster.servers.values():
             server.wait_ready()
         cluster.wait_members(set(cluster.servers))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from talos import Admin, Consumer, Producer
-from talos.devservices import free_port, stop_recorded_cluster
+from talos.devservices import free_port_range, stop_recorded_cluster
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
 
@@ -34,7 +34,7 @@ def alive(pid: int) -> bool:
 
 def test_cluster_up_and_down(tmp_path: Path) -> None:
     base = tmp_path / "dev-cluster"
-    base_port = free_port()
+    base_port = free_port_range(3)
     try:
         up = talos("cluster", "up", "--servers", "3", "--base-port", str(base_port), "--dir", str(base))
         assert up.returncode == 0, up.stderr

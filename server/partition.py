@@ -135,6 +135,7 @@ class LoadedPartition:
                     if self.abandoned is not None:
                         raise self.abandoned
                     work = loop.run_in_executor(self._executor, self._write, group, loop)
+                    work.add_done_callback(_retrieve)  # if abandoned, its late end is nobody's business
                     durable = await asyncio.wait_for(asyncio.shield(work), self._flush_timeout_s)
                 except TimeoutError:
                     self.abandoned = StorageError(f"a flush took over {self._flush_timeout_s:.0f}s; reloading")
@@ -260,6 +261,11 @@ class LoadedPartition:
                 self.log.close(seal=seal)
         finally:
             self.tail.clear()
+
+
+def _retrieve(future: asyncio.Future[int]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _resolve(future: asyncio.Future[ProduceResult], result: ProduceResult) -> None:

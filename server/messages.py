@@ -151,14 +151,8 @@ async def _forward_batch(
 ) -> ProduceResult:
     passed = {k: v for k, v in headers.items() if k == HOPS_HEADER}
     passed["content-type"] = BATCH_CONTENT_TYPE
-    reply = await broker.forwarder.send(
-        owner,
-        "POST",
-        partition_path(topic, partition, "messages"),
-        query={"acks": "durable" if durable else "accepted"},
-        headers=passed,
-        body=bytes(batch),
-    )
+    query = {"acks": "durable" if durable else "accepted"}
+    reply = await _forward(broker, owner, "POST", topic, partition, "messages", passed, query, bytes(batch))
     try:
         doc = orjson.loads(reply.body) if reply.body else {}
     except orjson.JSONDecodeError:
@@ -172,16 +166,7 @@ async def _forward_batch(
             retriable=bool(error.get("retriable", reply.status >= 500)),
             headers={k: v for k, v in reply.headers.items() if k.lower() == "retry-after"},
         )
-    result = doc["results"][0]
-    base = int(result["offset"])
-    return ProduceResult(
-        base,
-        base + int(result["count"]) if base >= 0 else -1,
-        int(result["durable_offset"]),
-        int(result.get("session", 0)),
-        bool(result.get("duplicate", False)),
-        int(result.get("version", 0)),
-    )
+    return ProduceResult.from_wire(doc["results"][0])
 
 
 def partition_path(topic: str, partition: int, leaf: str) -> str:
@@ -249,16 +234,13 @@ async def _produce_json(
         answers = [await commit(*next(iter(groups.items())))]
     else:
         answers = await asyncio.gather(*(commit(p, items) for p, items in groups.items()))
-    results: list[dict[str, int] | None] = [None] * len(messages)
+    results: list[dict[str, object] | None] = [None] * len(messages)
     for (partition, items), answer in zip(groups.items(), answers, strict=True):
         for position, (index, _record) in enumerate(items):
             results[index] = {
                 "partition": partition,
                 "offset": answer.base_offset + position if answer.base_offset >= 0 else -1,
-                "durable_offset": answer.durable_offset,
-                "session": answer.session,
-                "duplicate": answer.duplicate,
-                "version": answer.version,
+                **answer.marks(),
             }
     metrics.produced(topic, len(messages), len(body))
     return Reply(200, orjson.dumps({"results": results}))
@@ -289,10 +271,7 @@ async def _produce_batches(
             "partition": partition,
             "offset": a.base_offset,
             "count": a.next_offset - a.base_offset,
-            "durable_offset": a.durable_offset,
-            "session": a.session,
-            "duplicate": a.duplicate,
-            "version": a.version,
+            **a.marks(),
         }
         for a in answers
     ]

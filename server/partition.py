@@ -12,6 +12,7 @@ import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Any
 
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server import metrics
@@ -33,6 +34,28 @@ class ProduceResult:
     session: int = 0  # the partition's load session (its epoch): changes when it moves or reloads
     duplicate: bool = False  # an idempotent producer's resend: stored before, not stored again
     version: int = 0  # the ring version the partition was loaded under (Swift's V; 0 when standalone)
+
+    def marks(self) -> dict[str, object]:
+        """What every produce answer carries besides offsets: Swift's C, S and V, and the duplicate flag."""
+        return {
+            "durable_offset": self.durable_offset,
+            "session": self.session,
+            "duplicate": self.duplicate,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_wire(cls, result: dict[str, Any]) -> ProduceResult:
+        """One entry of a batch produce answer (``offset``, ``count`` and the marks), as another server sent it."""
+        base = int(result["offset"])
+        return cls(
+            base,
+            base + int(result["count"]) if base >= 0 else -1,
+            int(result["durable_offset"]),
+            int(result.get("session", 0)),
+            bool(result.get("duplicate", False)),
+            int(result.get("version", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)

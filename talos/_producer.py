@@ -152,11 +152,6 @@ def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: Bas
     return _backoff(batch, producer._backoff_s, error)
 
 
-def _offsets(response: Response) -> int:
-    """The batch's base offset (-1: an idempotent resend of a batch stored too long ago to say where)."""
-    return _result(response)[0]
-
-
 def _result(response: Response) -> tuple[int, int, int, int]:
     """(base offset, next offset, durable checkpoint, load session) of a one-batch produce answer."""
     result = check(response).json()["results"][0]  # type: ignore[index]

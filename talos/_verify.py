@@ -99,11 +99,10 @@ def read_everything(url: str, topic: str, *, timeout: float = 120.0) -> dict[int
     """Every value of every partition from the start, checking that offsets are contiguous."""
     with Admin(url) as admin:
         partitions = admin.describe_topic(topic).partitions
+        ends = {p: int(admin.offsets(topic, p)["latest"]) for p in range(partitions)}
     out: dict[int, list[str]] = {p: [] for p in range(partitions)}
     deadline = time.monotonic() + timeout
     with Consumer(url, topics=[topic], start="earliest", wait_ms=0) as consumer:
-        with Admin(url) as admin:
-            ends = {p: int(admin.offsets(topic, p)["latest"]) for p in range(partitions)}
         while any(len(out[p]) < ends[p] for p in out):
             if time.monotonic() > deadline:
                 raise TalosError(f"could not read {topic} to its end within {timeout:.0f}s")

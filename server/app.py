@@ -28,6 +28,8 @@ from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
 from server.fastpath import FastPath, read_body
+from server.groups import GroupCoordinator
+from server.groups import api as groups_api
 from server.messages import BATCH_CONTENT_TYPE
 from server.reply import Reply
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
@@ -116,7 +118,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         broker = await Broker.start(config)
         broker_holder["broker"] = broker
         app.state.broker = broker
-        maintenance = asyncio.get_running_loop().create_task(_maintain(broker))
+        app.state.coordinator = coordinator = GroupCoordinator(broker)
+        maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator))
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
         if broker.cluster is not None:
@@ -313,15 +316,17 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def offsets(topic: str, partition: int, request: Request) -> Response:
         return as_response(await messages.offsets(broker(), topic, partition, request.headers, request.query_params))
 
+    app.include_router(groups_api.router)
     return app
 
 
-async def _maintain(broker: Broker) -> None:
+async def _maintain(broker: Broker, coordinator: GroupCoordinator) -> None:
     while True:
         await asyncio.sleep(30)
         started = time.monotonic()
         try:
             await broker.maintain()
+            await coordinator.maintain()
         except Exception:
             log.exception("maintenance failed")
         log.debug("maintenance took %.3fs", time.monotonic() - started)

@@ -16,7 +16,7 @@ from kazoo.exceptions import KazooException
 
 from fencing import DirectoryEpochSource, EpochSource, FileSystem, LogConfig, LogError, PartitionLog, open_storage
 from fencing.local import LocalFileSystem
-from hashring import Ring
+from hashring import Ring, partition_key
 from server import metrics
 from server.cluster import ClusterMember, Owner
 from server.config import ServerConfig
@@ -68,6 +68,9 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0)
+        # Called after the ring moved partitions away or the session was lost: whatever else this server
+        # serves by the ring (group coordination) lets go of what it no longer owns.
+        self.ownership_listeners: list[Callable[[], Coroutine[Any, Any, None]]] = []
 
     @classmethod
     async def start(cls, config: ServerConfig) -> Broker:
@@ -143,9 +146,13 @@ class Broker:
                 log.info("releasing %s/%d: the ring gives it to %s", key[0], key[1], owner.server_id)
                 moved.append(key)
         await asyncio.gather(*(self._release(key) for key in moved))  # each waits on its own HDFS close
+        for listener in self.ownership_listeners:
+            await listener()
 
     async def _release_all(self) -> None:
         await asyncio.gather(*(self._release(key) for key in list(self._partitions)))
+        for listener in self.ownership_listeners:
+            await listener()
 
     async def _release(self, key: tuple[str, int], *, seal: bool = True) -> None:
         """Flush and stop serving a partition; sealed, the next owner needs no lease recovery."""
@@ -182,6 +189,14 @@ class Broker:
             raise unknown_topic(name)
         return config
 
+    async def reread_topic(self, name: str) -> TopicConfig:
+        """The topic as its catalog has it now (created by a racing request a moment ago, say)."""
+        config = await self._io(self.topics.get, name)
+        if config is None:
+            raise unknown_topic(name)
+        self._topics.setdefault(name, config)
+        return config
+
     def list_topics(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
@@ -216,9 +231,17 @@ class Broker:
 
     def owner(self, topic: str, index: int) -> Owner:
         """Who serves the partition now (this server when standalone)."""
+        return self.owner_of(partition_key(topic, index))
+
+    def owner_of(self, key: str) -> Owner:
+        """Who the ring gives ``key`` now (this server when standalone)."""
         if self.cluster is None:
             return Owner(self.config.member_id, self.config.url, True)
-        return self.cluster.owner(topic, index)
+        return self.cluster.owner_of(key)
+
+    async def io(self, function: Callable[..., T], *args: object) -> T:
+        """Run blocking work (storage, ZooKeeper) on the I/O threads."""
+        return await self._io(function, *args)
 
     async def partition(self, topic: str, index: int) -> LoadedPartition:
         """The loaded partition, taken over first if need be; :class:`NotOwnerError` if another server owns it."""

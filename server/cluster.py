@@ -187,6 +187,10 @@ class ClusterMember:
     # ---------------------------------------------------------------- ownership
 
     def owner(self, topic: str, partition: int) -> Owner:
+        return self.owner_of(partition_key(topic, partition))
+
+    def owner_of(self, key: str) -> Owner:
+        """The server the ring gives ``key`` (a partition's ``topic:p``, or ``__group:<name>``)."""
         ring = self.ring
         if not ring.members:
             raise ApiError(
@@ -196,7 +200,7 @@ class ClusterMember:
                 retriable=True,
                 headers={"Retry-After": "1"},
             )
-        member = ring.owner(partition_key(topic, partition))
+        member = ring.owner(key)
         if member == self.server_id:
             return Owner(member, self.url, True)
         live = self.servers.get(member)

@@ -33,6 +33,11 @@ class ServerConfig:
     io_threads: int = 8
     flush_timeout_s: float = 20.0  # a flush stuck longer (storage hung) abandons the log; the partition reloads
     producer_state_window_bytes: int = 16 * 1024 * 1024  # log tail read on load to rebuild producer sequences
+    # Consumer groups.
+    group_offsets_partitions: int = 8  # partitions of __consumer_offsets (fixed once created)
+    group_snapshot_interval_s: float = 600.0  # a coordinator rewrites each group's state this often
+    group_min_session_s: float = 0.5
+    group_max_session_s: float = 300.0
     log_level: str = "info"
     access_log: bool = False
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).

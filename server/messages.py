@@ -22,7 +22,7 @@ from server.cluster import Owner
 from server.errors import ApiError
 from server.forwarding import HOPS_HEADER
 from server.partition import LoadedPartition, ProduceResult
-from server.reply import JSON, Reply
+from server.reply import JSON, Reply, answer_of
 from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key
 
 __all__ = ["BATCH_CONTENT_TYPE", "JSON", "Reply", "fetch", "offsets", "partition_path", "produce"]
@@ -153,20 +153,10 @@ async def _forward_batch(
     passed["content-type"] = BATCH_CONTENT_TYPE
     query = {"acks": "durable" if durable else "accepted"}
     reply = await _forward(broker, owner, "POST", topic, partition, "messages", passed, query, bytes(batch))
-    try:
-        doc = orjson.loads(reply.body) if reply.body else {}
-    except orjson.JSONDecodeError:
-        doc = {}
-    if reply.status != 200 or not isinstance(doc, dict) or not doc.get("results"):
-        error = doc.get("error", {}) if isinstance(doc, dict) else {}
-        raise ApiError(
-            reply.status if reply.status >= 400 else 502,
-            str(error.get("code", "FORWARD_FAILED")),
-            str(error.get("message", f"the owner answered {reply.status}")),
-            retriable=bool(error.get("retriable", reply.status >= 500)),
-            headers={k: v for k, v in reply.headers.items() if k.lower() == "retry-after"},
-        )
-    return ProduceResult.from_wire(doc["results"][0])
+    results = answer_of(reply).get("results")
+    if not results:
+        raise ApiError(502, "FORWARD_FAILED", f"the owner's answer holds no result: {reply.body[:200]!r}")
+    return ProduceResult.from_wire(results[0])
 
 
 def partition_path(topic: str, partition: int, leaf: str) -> str:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["JSON", "Reply"]
+import orjson
+
+from server.errors import ApiError
+
+__all__ = ["JSON", "Reply", "answer_of"]
 
 JSON = "application/json"
 
@@ -15,3 +20,22 @@ class Reply:
     body: bytes
     content_type: str = JSON
     headers: dict[str, str] = field(default_factory=dict)
+
+
+def answer_of(reply: Reply) -> dict[str, Any]:
+    """The JSON document of a 200 answer (another server's, or an endpoint's called in-process); the
+    answer's own error otherwise, as an :class:`ApiError` with the same status, code and retriability."""
+    try:
+        doc = orjson.loads(reply.body) if reply.body else {}
+    except orjson.JSONDecodeError:
+        doc = {}
+    if reply.status == 200 and isinstance(doc, dict):
+        return doc
+    error = doc.get("error", {}) if isinstance(doc, dict) else {}
+    raise ApiError(
+        reply.status if reply.status >= 400 else 502,
+        str(error.get("code", "FORWARD_FAILED")),
+        str(error.get("message", f"the owner answered {reply.status}")),
+        retriable=bool(error.get("retriable", reply.status >= 500)),
+        headers={k: v for k, v in reply.headers.items() if k.lower() == "retry-after"},
+    )

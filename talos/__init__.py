@@ -26,6 +26,7 @@ from talos._consumer import AsyncConsumer, Consumer, Message
 from talos._errors import (
     ApiError,
     BatchError,
+    CommitFailedError,
     ConflictError,
     CorruptBatchError,
     InvalidRequestError,
@@ -56,6 +57,7 @@ __all__ = [
     "AsyncProducer",
     "BatchError",
     "BatchHeader",
+    "CommitFailedError",
     "ConflictError",
     "Consumer",
     "CorruptBatchError",

@@ -101,6 +101,28 @@ def _offsets(topic: str, partition: int, timestamp: int | None) -> _Call:
     return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", lambda r: r.json(), params=params)
 
 
+def _group_path(name: str) -> str:
+    return f"/v1/groups/{quote(name, safe='')}"
+
+
+def _list_groups() -> _Call:
+    return _Call("GET", "/v1/groups", lambda r: r.json()["groups"])  # type: ignore[index]
+
+
+def _describe_group(name: str) -> _Call:
+    return _Call("GET", _group_path(name), lambda r: r.json())
+
+
+def _reset_offsets(
+    group: str, topic: str, to: str, partition: int | None, offset: int | None, timestamp: int | None
+) -> _Call:
+    if to not in ("earliest", "latest", "offset", "timestamp"):
+        raise ValueError("to must be 'earliest', 'latest', 'offset' or 'timestamp'")
+    body = {"topic": topic, "to": to, "partition": partition, "offset": offset, "timestamp": timestamp}
+    payload = orjson.dumps({k: v for k, v in body.items() if v is not None})
+    return _Call("POST", f"{_group_path(group)}/offsets/reset", lambda r: r.json()["offsets"], payload)  # type: ignore[index]
+
+
 def _changes(partitions: int | None, retention_ms: int | None, retention_bytes: int | None) -> dict[str, int | None]:
     changes = {"partitions": partitions, "retention_ms": retention_ms, "retention_bytes": retention_bytes}
     return {k: v for k, v in changes.items() if v is not None}
@@ -155,6 +177,28 @@ class Admin:
         if given. ``session`` is the partition's load session (it changes when the partition moves)."""
         return self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
 
+    def list_groups(self) -> list[str]:
+        """Names of the consumer groups that ever joined."""
+        return self._call(_list_groups())  # type: ignore[no-any-return]
+
+    def describe_group(self, name: str) -> dict[str, Any]:
+        """Members, their assignment, and per partition the committed offset, high watermark and lag."""
+        return self._call(_describe_group(name))  # type: ignore[no-any-return]
+
+    def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: str,
+        partition: int | None = None,
+        offset: int | None = None,
+        timestamp: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Move the group's committed offsets of ``topic`` (or one partition) to ``"earliest"``, ``"latest"``,
+        an ``"offset"`` or a ``"timestamp"`` (ms). The group must have no active members (409 otherwise)."""
+        return self._call(_reset_offsets(group, topic, to, partition, offset, timestamp))  # type: ignore[no-any-return]
+
     def close(self) -> None:
         self._transport.close()
 
@@ -207,6 +251,24 @@ class AsyncAdmin:
 
     async def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> dict[str, int]:
         return await self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
+
+    async def list_groups(self) -> list[str]:
+        return await self._call(_list_groups())  # type: ignore[no-any-return]
+
+    async def describe_group(self, name: str) -> dict[str, Any]:
+        return await self._call(_describe_group(name))  # type: ignore[no-any-return]
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: str,
+        partition: int | None = None,
+        offset: int | None = None,
+        timestamp: int | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._call(_reset_offsets(group, topic, to, partition, offset, timestamp))  # type: ignore[no-any-return]
 
     async def close(self) -> None:
         await self._transport.close()

@@ -1,24 +1,41 @@
-"""``Consumer`` and ``AsyncConsumer``: pull from explicit topics or partitions, by offset, with long polls.
+"""``Consumer`` and ``AsyncConsumer``: pull with long polls, from explicit partitions or as a group member.
 
 Fetches ask for raw record batches (``Accept: application/vnd.talos.batch``) and decode them here, CRC
-checked, so the server never parses records on the way out either. (Consumer groups come with the groups
-issue; this consumer is assigned partitions explicitly.)
+checked, so the server never parses records on the way out either.
+
+With ``group=`` the consumer joins a consumer group: the coordinator grants it partitions under
+time-limited locks (``talos._group``), a background heartbeat renews them and learns of revocations, and
+offsets move only when it commits (by hand, or every ``auto_commit_interval_s``). A message handed out by
+``poll`` (or the iterator) counts as processed when the next ``poll`` starts or ``commit()`` is called,
+so a crash redelivers what was not committed (at least once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
-from talos._codec import decode_records, iter_batches
-from talos._errors import OffsetOutOfRangeError, TalosError, TransportError, UnavailableError
+from talos._codec import decode_records, encode_batch, iter_batches
+from talos._errors import (
+    CommitFailedError,
+    ConflictError,
+    OffsetOutOfRangeError,
+    TalosError,
+    TransportError,
+    UnavailableError,
+)
+from talos._group import ATTEMPT_HEADER, RETRY_PREFIX, Changes, GroupCall, Membership, hold_back, retry_record
 from talos._routing import RouteTable, refresh, refresh_async
 from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
 
@@ -26,6 +43,9 @@ __all__ = ["AsyncConsumer", "Consumer", "Message"]
 
 log = logging.getLogger("talos.consumer")
 _ACCEPT = {"accept": "application/vnd.talos.batch"}
+_BATCH = {"content-type": "application/vnd.talos.batch"}
+TopicPartition = tuple[str, int]
+Callback = Callable[[list[TopicPartition]], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +57,19 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header ``name``, or None."""
+        for key, value in reversed(self.headers):
+            if key == name:
+                return value
+        return None
+
+    @property
+    def attempt(self) -> int:
+        """How many times the message failed and was retried (0: the first delivery)."""
+        raw = self.header(ATTEMPT_HEADER)
+        return int(raw) if raw else 0
 
 
 def _decode(topic: str, partition: int, data: bytes, position: int) -> list[Message]:
@@ -71,6 +104,28 @@ def _offsets_request(routes: RouteTable, topic: str, partition: int, timeout: fl
     }
 
 
+def _group_request(routes: RouteTable, call: GroupCall, timeout: float) -> dict[str, Any]:
+    """Keyword arguments of the transport call for a group call (any server forwards it to the coordinator)."""
+    body = orjson.dumps(call.body) if call.body is not None else None
+    return {
+        "method": call.method,
+        "url": routes.entry_point + call.path,
+        "body": body,
+        "headers": {"content-type": "application/json"} if body is not None else None,
+        "timeout": timeout,
+    }
+
+
+def _retry_request(routes: RouteTable, topic: str, message: bytes, timeout: float) -> dict[str, Any]:
+    return {
+        "method": "POST",
+        "url": f"{routes.entry_point}/v1/topics/{quote(topic, safe='')}/partitions/0/messages",
+        "body": message,
+        "headers": _BATCH,
+        "timeout": timeout,
+    }
+
+
 def _unavailable(routes: RouteTable, topic: str, partition: int, error: TalosError) -> float:
     """Seconds to wait before fetching again from a partition that is moving or whose owner is down."""
     if routes.learn(topic, partition, error):
@@ -87,14 +142,10 @@ class _Positions:
         if start not in ("earliest", "latest"):
             raise ValueError("start must be 'earliest' or 'latest'")
         self.start = start
-        self.next: dict[tuple[str, int], int] = {}
+        self.next: dict[TopicPartition, int] = {}
 
     def initial(self, offsets: dict[str, int]) -> int:
         return offsets["earliest"] if self.start == "earliest" else offsets["latest"]
-
-    def advance(self, key: tuple[str, int], messages: list[Message]) -> None:
-        if messages:
-            self.next[key] = messages[-1].offset + 1
 
     def take(self, topic: str, partition: int, offset: int, response: Response) -> list[Message]:
         """The messages of a fetch answer, moving the position past them (both twins)."""
@@ -104,24 +155,156 @@ class _Positions:
         except OffsetOutOfRangeError as error:
             self.reset(key, error)
             return []
-        if self.next.get(key) != offset:  # seeked while the fetch was in flight
+        if self.next.get(key) != offset:  # seeked (or released) while the fetch was in flight
             return []
         messages = _decode(topic, partition, response.body, offset)
-        self.advance(key, messages)
+        if messages:
+            self.next[key] = messages[-1].offset + 1
         return messages
 
-    def reset(self, key: tuple[str, int], error: OffsetOutOfRangeError) -> None:
+    def reset(self, key: TopicPartition, error: OffsetOutOfRangeError) -> None:
+        if key not in self.next:
+            return
         target = error.earliest if self.next[key] < error.earliest else error.latest
         log.warning("offset %d of %s/%d is out of range; moving to %d", self.next[key], *key, target)
         self.next[key] = target
 
 
-class Consumer:
-    """Read topics (all their partitions) or explicit ``(topic, partition)`` pairs.
+class _State:
+    """What a consumer knows between calls, with no I/O: positions, the buffer, and (in a group) its
+    membership, processed and committed offsets, and retried partitions paused until due. Both twins."""
 
-    >>> with Consumer("http://127.0.0.1:8080", topics=["orders"]) as consumer:
+    def __init__(
+        self,
+        *,
+        start: str,
+        partitions: list[TopicPartition],
+        membership: Membership | None,
+        auto_commit: bool,
+        auto_commit_interval_s: float,
+        on_assign: Callback | None,
+        on_revoke: Callback | None,
+        on_lost: Callback | None,
+        max_retries: int,
+    ) -> None:
+        self.positions = _Positions(start)
+        self.static = partitions
+        self.membership = membership
+        self.buffer: list[Message] = []
+        self.consumed: dict[TopicPartition, int] = {}  # next offset after what was handed out
+        self.committed: dict[TopicPartition, int] = {}
+        self.paused: dict[TopicPartition, float] = {}  # retry partitions: monotonic time the head is due
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.last_commit = time.monotonic()
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.on_lost = on_lost
+        self.max_retries = max_retries
+
+    def assignment(self, now: float) -> list[TopicPartition]:
+        return self.membership.active(now) if self.membership is not None else list(self.static)
+
+    def to_fetch(self, now: float) -> list[TopicPartition]:
+        return [tp for tp in self.assignment(now) if self.paused.get(tp, 0.0) <= now]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.buffer = [m for m in self.buffer if (m.topic, m.partition) != tp]
+        self.positions.next[tp] = offset
+        self.paused.pop(tp, None)
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop consuming: drop buffered messages and the positions (the next holder starts at the commit)."""
+        gone = set(tps)
+        self.buffer = [m for m in self.buffer if (m.topic, m.partition) not in gone]
+        for tp in gone:
+            self.positions.next.pop(tp, None)
+            self.consumed.pop(tp, None)
+            self.committed.pop(tp, None)
+            self.paused.pop(tp, None)
+
+    def received(self, tp: TopicPartition, messages: list[Message]) -> None:
+        """Buffer fetched messages; a retried message waits (and its partition pauses) until it is due."""
+        if self.membership is not None and not self.membership.holds(tp, time.monotonic()):
+            return  # revoked or expired while the fetch was in flight
+        if tp[0].startswith(RETRY_PREFIX):
+            messages, resume, wait_s = hold_back(messages, int(time.time() * 1000))
+            if resume is not None:
+                self.positions.next[tp] = resume
+                self.paused[tp] = time.monotonic() + wait_s
+        self.buffer.extend(messages)
+
+    def hand_out(self, max_messages: int) -> list[Message]:
+        if self.membership is not None:
+            now = time.monotonic()
+            self.buffer = [m for m in self.buffer if self.membership.holds((m.topic, m.partition), now)]
+        out, self.buffer = self.buffer[:max_messages], self.buffer[max_messages:]
+        for message in out:
+            self.consumed[(message.topic, message.partition)] = message.offset + 1
+        return out
+
+    def uncommitted(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        keys = self.consumed if tps is None else [tp for tp in tps if tp in self.consumed]
+        return {tp: self.consumed[tp] for tp in keys if self.committed.get(tp) != self.consumed[tp]}
+
+    def commit_due(self) -> bool:
+        return self.auto_commit and time.monotonic() - self.last_commit >= self.auto_commit_interval_s
+
+    def start_from(self, assigned: list[TopicPartition], answer: object) -> None:
+        """Positions of newly assigned partitions: their committed offsets (else ``start``, looked up lazily)."""
+        rows = answer.get("offsets", []) if isinstance(answer, dict) else []
+        committed = {(str(r["topic"]), int(r["partition"])): int(r["offset"]) for r in rows}
+        for tp in assigned:
+            if tp in committed:
+                self.positions.next[tp] = committed[tp]
+                self.committed[tp] = committed[tp]
+
+    def hint_wait(self, now: float, wait_ms: int) -> int:
+        """A long poll should not outlast the moment a paused retry partition is due."""
+        due = [t for t in self.paused.values() if t > now]
+        return min(wait_ms, int((min(due) - now) * 1000) + 1) if due else wait_ms
+
+
+def _membership(
+    group: str | None,
+    topics: list[str],
+    partitions: list[TopicPartition],
+    *,
+    session_timeout_s: float,
+    broadcast: bool,
+    instance: str | None,
+) -> Membership | None:
+    if group is None:
+        if not topics and not partitions:
+            raise ValueError("give topics=[...] or partitions=[(topic, partition), ...]")
+        return None
+    if partitions or not topics:
+        raise ValueError("a group member names topics=[...]; the coordinator assigns the partitions")
+    return Membership(group, topics, session_s=session_timeout_s, broadcast=broadcast, instance=instance)
+
+
+def _log_changes(group: str, changes: Changes) -> None:
+    if changes.lost:
+        log.warning("group %s: lost %s (the lock expired before a heartbeat renewed it)", group, changes.lost)
+    if changes.revoked:
+        log.info("group %s: revoked %s", group, changes.revoked)
+    if changes.assigned:
+        log.info("group %s: assigned %s", group, changes.assigned)
+
+
+class Consumer:
+    """Read topics (all their partitions), explicit ``(topic, partition)`` pairs, or as a group member.
+
+    >>> with Consumer("http://127.0.0.1:8080", group="billing", topics=["orders"]) as consumer:
     ...     for message in consumer:
     ...         print(message.offset, message.value)
+    ...         consumer.commit()
+
+    Group options: ``auto_commit`` (every ``auto_commit_interval_s``, on revocation and on close),
+    ``session_timeout_s`` (locks expire this long after the last heartbeat), ``on_assign``/``on_revoke``/
+    ``on_lost`` (called from ``poll`` with the partitions; lost: the lock expired before a heartbeat could
+    renew it, so committing is no longer possible), ``broadcast`` (every member gets every partition; offsets
+    are kept per ``instance``), ``max_retries`` (for :meth:`retry`).
     """
 
     def __init__(
@@ -130,7 +313,17 @@ class Consumer:
         *,
         topics: Iterable[str] = (),
         partitions: Iterable[tuple[str, int]] = (),
+        group: str | None = None,
         start: str = "earliest",
+        auto_commit: bool = True,
+        auto_commit_interval_s: float = 5.0,
+        session_timeout_s: float = 10.0,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        on_lost: Callback | None = None,
+        broadcast: bool = False,
+        instance: str | None = None,
+        max_retries: int = 3,
         max_bytes: int = 1024 * 1024,
         wait_ms: int = 500,
         request_timeout_s: float = 30.0,
@@ -138,87 +331,243 @@ class Consumer:
         transport: Transport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        topic_list, assigned = list(topics), list(partitions)
+        membership = _membership(
+            group,
+            topic_list,
+            assigned,
+            session_timeout_s=session_timeout_s,
+            broadcast=broadcast,
+            instance=instance,
+        )
         self._transport = transport or Urllib3Transport(pool_size=32, timeout=request_timeout_s)
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
-        self._positions = _Positions(start)
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._timeout = request_timeout_s
-        self._assigned: list[tuple[str, int]] = list(partitions)
-        for topic in topics:
-            refresh(self._routes, self._transport, topic, strict=True)
-            self._assigned += [(topic, p) for p in range(self._routes.partitions[topic])]
-        if not self._assigned:
-            raise ValueError("give topics=[...] or partitions=[(topic, partition), ...]")
-        self._buffer: list[Message] = []
-        self._pool = concurrent.futures.ThreadPoolExecutor(len(self._assigned), thread_name_prefix="talos-fetch")
-        self._inflight: dict[tuple[str, int], concurrent.futures.Future[list[Message]]] = {}
+        if membership is None:
+            for topic in topic_list:
+                refresh(self._routes, self._transport, topic, strict=True)
+                assigned += [(topic, p) for p in range(self._routes.partitions[topic])]
+        self._state = _State(
+            start=start,
+            partitions=assigned,
+            membership=membership,
+            auto_commit=auto_commit,
+            auto_commit_interval_s=auto_commit_interval_s,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+            on_lost=on_lost,
+            max_retries=max_retries,
+        )
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(len(assigned), 8), thread_name_prefix="talos-fetch")
+        self._inflight: dict[TopicPartition, concurrent.futures.Future[list[Message]]] = {}
         self._closed = False
+        self._wake = threading.Event()
+        self._heartbeats: threading.Thread | None = None
+        if membership is not None:
+            self._beat(raise_errors=True)  # join now: a bad group name or topic fails here, not later
+            self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="talos-heartbeat", daemon=True)
+            self._heartbeats.start()
+
+    # ---------------------------------------------------------------- group membership
+
+    def _call(self, call: GroupCall) -> Any:
+        try:
+            return check(self._transport.request(**_group_request(self._routes, call, self._timeout))).json()
+        except TransportError:
+            self._routes.rotate()  # the next call asks another server
+            raise
+
+    def _beat(self, *, raise_errors: bool = False) -> None:
+        membership = self._state.membership
+        assert membership is not None
+        sent = time.monotonic()
+        try:
+            membership.apply(self._call(membership.next_call(sent)), sent)
+        except ConflictError as exc:
+            if raise_errors and exc.code != "UNKNOWN_MEMBER":
+                raise
+            log.info("group %s: %s; joining again", membership.group, exc.message)
+            membership.forget_member()
+            self._wake.set()
+        except (UnavailableError, TransportError) as exc:
+            log.info("group %s: heartbeat failed (%s); retrying", membership.group, exc)
+        except TalosError:
+            if raise_errors:
+                raise
+            log.warning("group %s: heartbeat failed", membership.group, exc_info=True)
+        membership.expire(time.monotonic())
+
+    def _heartbeat_loop(self) -> None:
+        membership = self._state.membership
+        assert membership is not None
+        while not self._closed:
+            self._wake.wait(membership.heartbeat_interval_s)
+            self._wake.clear()
+            if not self._closed:
+                self._beat()
+
+    def _rebalance(self) -> None:
+        """Act on what the heartbeats learned: revoke (commit, callback, release), drop lost, start assigned."""
+        state, membership = self._state, self._state.membership
+        if membership is None:
+            return
+        changes = membership.take_changes()
+        _log_changes(membership.group, changes)
+        state.forget(changes.lost)
+        if changes.lost and state.on_lost is not None:
+            state.on_lost(list(changes.lost))
+        if changes.revoked:
+            if state.auto_commit:
+                self._commit_quietly(changes.revoked)
+            if state.on_revoke is not None:
+                state.on_revoke(list(changes.revoked))
+            state.forget(changes.revoked)
+            membership.release(changes.revoked)
+            self._wake.set()  # tell the coordinator now: the new holder starts sooner
+        if changes.assigned:
+            state.start_from(changes.assigned, self._call(membership.offsets_call()))
+            if state.on_assign is not None:
+                state.on_assign(list(changes.assigned))
+
+    def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Commit what ``poll`` handed out (or ``offsets``: partition → next offset to read).
+
+        Raises :class:`CommitFailedError` if this member no longer holds a partition (revoked, or its lock
+        expired): those messages will be delivered again to the partition's next holder."""
+        self._commit(offsets)
+
+    def _commit(
+        self, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
+    ) -> None:
+        state = self._state
+        if state.membership is None:
+            raise TalosError("commit() needs a consumer group: Consumer(url, group=..., topics=[...])")
+        positions = dict(offsets) if offsets is not None else state.uncommitted(tps)
+        call = state.membership.commit_call(positions)
+        state.last_commit = time.monotonic()
+        if call is None:
+            return
+        try:
+            self._call(call)
+        except ConflictError as exc:
+            raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
+        state.committed.update(positions)
+
+    def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
+        try:
+            self._commit(None, tps)
+        except TalosError as exc:
+            log.warning("auto-commit failed: %s", exc)
+
+    def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
+        """Redeliver ``message`` to this group after ``delay`` seconds (through the group's retry topic);
+        after ``max_retries`` retries it goes to the dead-letter topic instead. Returns the topic used."""
+        state = self._state
+        if state.membership is None or state.membership.broadcast:
+            raise TalosError("retry() needs an exclusive consumer group")
+        topic, record = retry_record(
+            message, group=state.membership.group, delay_s=delay, reason=reason, max_retries=state.max_retries
+        )
+        request = _retry_request(self._routes, topic, bytes(encode_batch([record])), self._timeout)
+        check(self._transport.request(**request))
+        return topic
+
+    # ---------------------------------------------------------------- positions
 
     @property
     def assignment(self) -> list[tuple[str, int]]:
-        return list(self._assigned)
+        return self._state.assignment(time.monotonic())
 
     def position(self, topic: str, partition: int) -> int:
         key = (topic, partition)
-        if key not in self._positions.next:
+        if key not in self._state.positions.next:
             answer = self._transport.request("GET", **_offsets_request(self._routes, topic, partition, self._timeout))
-            self._positions.next[key] = self._positions.initial(check(answer).json())  # type: ignore[arg-type]
-        return self._positions.next[key]
+            self._state.positions.next[key] = self._state.positions.initial(check(answer).json())  # type: ignore[arg-type]
+        return self._state.positions.next[key]
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        self._buffer = [m for m in self._buffer if (m.topic, m.partition) != (topic, partition)]
-        self._positions.next[(topic, partition)] = offset
+        self._state.seek((topic, partition), offset)
 
     def seek_to_beginning(self) -> None:
-        for topic, partition in self._assigned:
+        for topic, partition in self.assignment:
             self.seek(topic, partition, self._admin.offsets(topic, partition)["earliest"])
 
     def seek_to_end(self) -> None:
-        for topic, partition in self._assigned:
+        for topic, partition in self.assignment:
             self.seek(topic, partition, self._admin.offsets(topic, partition)["latest"])
 
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
-        for topic, partition in self._assigned:
+        for topic, partition in self.assignment:
             self.seek(topic, partition, self._admin.offsets(topic, partition, timestamp=timestamp_ms)["offset"])
+
+    # ---------------------------------------------------------------- fetching
 
     def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
         try:
             offset = self.position(topic, partition)
             refresh(self._routes, self._transport, topic)
             request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
-            return self._positions.take(topic, partition, offset, self._transport.request("GET", **request))
+            return self._state.positions.take(topic, partition, offset, self._transport.request("GET", **request))
         except (UnavailableError, TransportError) as error:
             time.sleep(_unavailable(self._routes, topic, partition, error))
             return []
 
     def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         """Messages from any assigned partition, waiting up to ``timeout`` seconds for some to arrive."""
+        state = self._state
+        if state.commit_due():
+            self._commit_quietly()
+        self._rebalance()
         deadline = time.monotonic() + timeout
-        while not self._buffer:
-            remaining = deadline - time.monotonic()
-            wait_ms = max(0, min(self._wait_ms, int(remaining * 1000)))
-            for key in self._assigned:  # a fetch per partition in flight; long polls end when data comes
+        while not state.buffer:
+            now = time.monotonic()
+            remaining = deadline - now
+            wait_ms = state.hint_wait(now, max(0, min(self._wait_ms, int(remaining * 1000))))
+            for key in state.to_fetch(now):  # a fetch per partition in flight; long polls end when data comes
                 if key not in self._inflight:
                     self._inflight[key] = self._pool.submit(self._fetch, key[0], key[1], wait_ms)
-            done, _ = concurrent.futures.wait(
-                self._inflight.values(), timeout=max(remaining, 0), return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for key, future in list(self._inflight.items()):
-                if future in done:
-                    del self._inflight[key]
-                    self._buffer.extend(future.result())
-            if self._buffer or remaining <= 0:
+            if not self._inflight:
+                time.sleep(min(max(remaining, 0), 0.1))  # nothing assigned yet (or all paused)
+            else:
+                done, _ = concurrent.futures.wait(
+                    self._inflight.values(),
+                    timeout=max(min(remaining, 0.5), 0),
+                    return_when=concurrent.futures.FIRST_COMPLETED,
+                )
+                for key, future in list(self._inflight.items()):
+                    if future in done:
+                        del self._inflight[key]
+                        state.received(key, future.result())
+            self._rebalance()
+            if state.buffer or time.monotonic() >= deadline:
                 break
-        out, self._buffer = self._buffer[:max_messages], self._buffer[max_messages:]
-        return out
+        return state.hand_out(max_messages)
 
     def __iter__(self) -> Iterator[Message]:
         while not self._closed:
             yield from self.poll()
 
     def close(self) -> None:
+        """Commit (with auto-commit), leave the group (its partitions move at once), stop fetching."""
+        if self._closed:
+            return
+        membership = self._state.membership
+        if membership is not None:
+            if self._state.auto_commit:
+                self._commit_quietly()
+            self._closed = True
+            self._wake.set()
+            if self._heartbeats is not None:
+                self._heartbeats.join(timeout=self._timeout)
+            leave = membership.leave_call()
+            if leave is not None:
+                try:
+                    self._call(leave)
+                except TalosError as exc:
+                    log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
         self._closed = True
         self._pool.shutdown(wait=True)  # in-flight long polls end within wait_ms
         self._transport.close()
@@ -239,7 +588,17 @@ class AsyncConsumer:
         *,
         topics: Iterable[str] = (),
         partitions: Iterable[tuple[str, int]] = (),
+        group: str | None = None,
         start: str = "earliest",
+        auto_commit: bool = True,
+        auto_commit_interval_s: float = 5.0,
+        session_timeout_s: float = 10.0,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        on_lost: Callback | None = None,
+        broadcast: bool = False,
+        instance: str | None = None,
+        max_retries: int = 3,
         max_bytes: int = 1024 * 1024,
         wait_ms: int = 500,
         request_timeout_s: float = 30.0,
@@ -247,73 +606,215 @@ class AsyncConsumer:
         transport: AsyncTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self._topics, assigned = list(topics), list(partitions)
+        membership = _membership(
+            group,
+            self._topics,
+            assigned,
+            session_timeout_s=session_timeout_s,
+            broadcast=broadcast,
+            instance=instance,
+        )
         self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
-        self._positions = _Positions(start)
-        self._topics = list(topics)
-        self._assigned: list[tuple[str, int]] = list(partitions)
-        self._resolved = not self._topics
+        self._state = _State(
+            start=start,
+            partitions=assigned,
+            membership=membership,
+            auto_commit=auto_commit,
+            auto_commit_interval_s=auto_commit_interval_s,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+            on_lost=on_lost,
+            max_retries=max_retries,
+        )
+        self._started = False
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._timeout = request_timeout_s
-        self._buffer: list[Message] = []
-        self._inflight: dict[tuple[str, int], asyncio.Task[list[Message]]] = {}
+        self._inflight: dict[TopicPartition, asyncio.Task[list[Message]]] = {}
         self._closed = False
-        if not self._topics and not self._assigned:
-            raise ValueError("give topics=[...] or partitions=[(topic, partition), ...]")
+        self._wake = asyncio.Event()
+        self._heartbeats: asyncio.Task[None] | None = None
 
-    async def _assignment(self) -> list[tuple[str, int]]:
-        if not self._resolved:
+    async def _start(self) -> None:
+        """Resolve topics (explicit mode) or join the group, on first use."""
+        if self._started:
+            return
+        self._started = True
+        if self._state.membership is None:
             for topic in self._topics:
                 await refresh_async(self._routes, self._transport, topic, strict=True)
-                self._assigned += [(topic, p) for p in range(self._routes.partitions[topic])]
-            self._resolved = True
-        return self._assigned
+                self._state.static += [(topic, p) for p in range(self._routes.partitions[topic])]
+            return
+        await self._beat(raise_errors=True)
+        self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    # ---------------------------------------------------------------- group membership
+
+    async def _call(self, call: GroupCall) -> Any:
+        try:
+            return check(await self._transport.request(**_group_request(self._routes, call, self._timeout))).json()
+        except TransportError:
+            self._routes.rotate()
+            raise
+
+    async def _beat(self, *, raise_errors: bool = False) -> None:
+        membership = self._state.membership
+        assert membership is not None
+        sent = time.monotonic()
+        try:
+            membership.apply(await self._call(membership.next_call(sent)), sent)
+        except ConflictError as exc:
+            if raise_errors and exc.code != "UNKNOWN_MEMBER":
+                raise
+            log.info("group %s: %s; joining again", membership.group, exc.message)
+            membership.forget_member()
+            self._wake.set()
+        except (UnavailableError, TransportError) as exc:
+            log.info("group %s: heartbeat failed (%s); retrying", membership.group, exc)
+        except TalosError:
+            if raise_errors:
+                raise
+            log.warning("group %s: heartbeat failed", membership.group, exc_info=True)
+        membership.expire(time.monotonic())
+
+    async def _heartbeat_loop(self) -> None:
+        membership = self._state.membership
+        assert membership is not None
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), membership.heartbeat_interval_s)
+            self._wake.clear()
+            if not self._closed:
+                await self._beat()
+
+    async def _rebalance(self) -> None:
+        state, membership = self._state, self._state.membership
+        if membership is None:
+            return
+        changes = membership.take_changes()
+        _log_changes(membership.group, changes)
+        state.forget(changes.lost)
+        if changes.lost and state.on_lost is not None:
+            state.on_lost(list(changes.lost))
+        if changes.revoked:
+            if state.auto_commit:
+                await self._commit_quietly(changes.revoked)
+            if state.on_revoke is not None:
+                state.on_revoke(list(changes.revoked))
+            state.forget(changes.revoked)
+            membership.release(changes.revoked)
+            self._wake.set()
+        if changes.assigned:
+            state.start_from(changes.assigned, await self._call(membership.offsets_call()))
+            if state.on_assign is not None:
+                state.on_assign(list(changes.assigned))
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        """See :meth:`Consumer.commit`."""
+        await self._commit(offsets)
+
+    async def _commit(
+        self, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
+    ) -> None:
+        state = self._state
+        if state.membership is None:
+            raise TalosError("commit() needs a consumer group: AsyncConsumer(url, group=..., topics=[...])")
+        positions = dict(offsets) if offsets is not None else state.uncommitted(tps)
+        call = state.membership.commit_call(positions)
+        state.last_commit = time.monotonic()
+        if call is None:
+            return
+        try:
+            await self._call(call)
+        except ConflictError as exc:
+            raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
+        state.committed.update(positions)
+
+    async def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
+        try:
+            await self._commit(None, tps)
+        except TalosError as exc:
+            log.warning("auto-commit failed: %s", exc)
+
+    async def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
+        """See :meth:`Consumer.retry`."""
+        state = self._state
+        if state.membership is None or state.membership.broadcast:
+            raise TalosError("retry() needs an exclusive consumer group")
+        topic, record = retry_record(
+            message, group=state.membership.group, delay_s=delay, reason=reason, max_retries=state.max_retries
+        )
+        request = _retry_request(self._routes, topic, bytes(encode_batch([record])), self._timeout)
+        check(await self._transport.request(**request))
+        return topic
+
+    # ---------------------------------------------------------------- positions
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._state.assignment(time.monotonic())
 
     async def position(self, topic: str, partition: int) -> int:
         key = (topic, partition)
-        if key not in self._positions.next:
+        if key not in self._state.positions.next:
             request = _offsets_request(self._routes, topic, partition, self._timeout)
             answer = await self._transport.request("GET", **request)
-            self._positions.next[key] = self._positions.initial(check(answer).json())  # type: ignore[arg-type]
-        return self._positions.next[key]
+            self._state.positions.next[key] = self._state.positions.initial(check(answer).json())  # type: ignore[arg-type]
+        return self._state.positions.next[key]
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        self._buffer = [m for m in self._buffer if (m.topic, m.partition) != (topic, partition)]
-        self._positions.next[(topic, partition)] = offset
+        self._state.seek((topic, partition), offset)
+
+    async def seek_to_timestamp(self, timestamp_ms: int) -> None:
+        for topic, partition in self.assignment:
+            answer = await self._admin.offsets(topic, partition, timestamp=timestamp_ms)
+            self.seek(topic, partition, answer["offset"])
+
+    # ---------------------------------------------------------------- fetching
 
     async def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
         try:
             offset = await self.position(topic, partition)
             await refresh_async(self._routes, self._transport, topic)
             request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
-            return self._positions.take(topic, partition, offset, await self._transport.request("GET", **request))
+            answer = await self._transport.request("GET", **request)
+            return self._state.positions.take(topic, partition, offset, answer)
         except (UnavailableError, TransportError) as error:
             await asyncio.sleep(_unavailable(self._routes, topic, partition, error))
             return []
 
     async def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
+        await self._start()
+        state = self._state
+        if state.commit_due():
+            await self._commit_quietly()
+        await self._rebalance()
         deadline = time.monotonic() + timeout
-        assigned = await self._assignment()
         loop = asyncio.get_running_loop()
-        while not self._buffer:
-            remaining = deadline - time.monotonic()
-            wait_ms = max(0, min(self._wait_ms, int(remaining * 1000)))
-            for key in assigned:
+        while not state.buffer:
+            now = time.monotonic()
+            remaining = deadline - now
+            wait_ms = state.hint_wait(now, max(0, min(self._wait_ms, int(remaining * 1000))))
+            for key in state.to_fetch(now):
                 if key not in self._inflight:
                     self._inflight[key] = loop.create_task(self._fetch(key[0], key[1], wait_ms))
-            done, _ = await asyncio.wait(
-                self._inflight.values(), timeout=max(remaining, 0), return_when=asyncio.FIRST_COMPLETED
-            )
-            for key, task in list(self._inflight.items()):
-                if task in done:
-                    del self._inflight[key]
-                    self._buffer.extend(task.result())
-            if self._buffer or remaining <= 0:
+            if not self._inflight:
+                await asyncio.sleep(min(max(remaining, 0), 0.1))
+            else:
+                done, _ = await asyncio.wait(
+                    self._inflight.values(), timeout=max(min(remaining, 0.5), 0), return_when=asyncio.FIRST_COMPLETED
+                )
+                for key, task in list(self._inflight.items()):
+                    if task in done:
+                        del self._inflight[key]
+                        state.received(key, task.result())
+            await self._rebalance()
+            if state.buffer or time.monotonic() >= deadline:
                 break
-        out, self._buffer = self._buffer[:max_messages], self._buffer[max_messages:]
-        return out
+        return state.hand_out(max_messages)
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         while not self._closed:
@@ -321,6 +822,22 @@ class AsyncConsumer:
                 yield message
 
     async def close(self) -> None:
+        if self._closed:
+            return
+        membership = self._state.membership
+        if membership is not None and self._started:
+            if self._state.auto_commit:
+                await self._commit_quietly()
+            self._closed = True
+            if self._heartbeats is not None:
+                self._heartbeats.cancel()
+                await asyncio.gather(self._heartbeats, return_exceptions=True)
+            leave = membership.leave_call()
+            if leave is not None:
+                try:
+                    await self._call(leave)
+                except TalosError as exc:
+                    log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
         self._closed = True
         for task in self._inflight.values():
             task.cancel()
@@ -328,6 +845,7 @@ class AsyncConsumer:
         await self._transport.close()
 
     async def __aenter__(self) -> AsyncConsumer:
+        await self._start()
         return self
 
     async def __aexit__(self, *_: object) -> None:

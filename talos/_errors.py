@@ -11,6 +11,7 @@ Tree::
           ├── InvalidRequestError     400, 413: fix the request
           ├── NotFoundError           404: unknown topic or partition
           ├── ConflictError           409: e.g. the topic exists
+          │    └── CommitFailedError  409: the member no longer holds the partition (revoked, lock expired)
           ├── OffsetOutOfRangeError   416: .earliest .latest
           ├── QuotaExceededError      429: .retry_after seconds
           └── UnavailableError        500, 503: partition moving, storage failing (retriable)
@@ -22,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "ApiError",
     "BatchError",
+    "CommitFailedError",
     "ConflictError",
     "CorruptBatchError",
     "InvalidRequestError",
@@ -91,6 +93,11 @@ class NotFoundError(ApiError):
 
 class ConflictError(ApiError):
     """409: the change conflicts with what exists (e.g. the topic exists)."""
+
+
+class CommitFailedError(ConflictError):
+    """409: a commit was refused because this member no longer holds the partition (it was revoked, or its
+    lock expired) or is no longer in the group. The messages will be delivered again to the next holder."""
 
 
 class OffsetOutOfRangeError(ApiError):

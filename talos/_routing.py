@@ -77,6 +77,11 @@ class RouteTable:
                     if self.clustered and url not in self._entry_points:
                         self._entry_points.append(url)
 
+    def rotate(self) -> None:
+        """The entry point did not answer: the next request without an owner goes to another server."""
+        with self._lock:
+            self._entry += 1
+
     def lookup_failed(self, topic: str) -> None:
         with self._lock:
             self._checked[topic] = time.monotonic()

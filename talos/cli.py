@@ -244,6 +244,12 @@ def _file_size(source: BinaryIO) -> int | None:
 @click.option("--follow", is_flag=True, help="Keep waiting for new messages (default: stop when caught up).")
 @click.option("--print-key", is_flag=True, help="Print KEY<tab>VALUE.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message, with offsets and headers.")
+@click.option(
+    "--group",
+    default=None,
+    help="Consume as a member of this consumer group: partitions shared with its other members, "
+    "starting at the group's committed offsets, committing what was printed.",
+)
 def consume(
     url: str,
     topic: str,
@@ -254,16 +260,21 @@ def consume(
     follow: bool,
     print_key: bool,
     as_json: bool,
+    group: str | None,
 ) -> None:
     """Print messages of TOPIC, one per line."""
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
+    if group is not None and (partition is not None or offset is not None):
+        raise click.UsageError("--group takes the partitions the group assigns: no --partition or --offset")
     start = "earliest" if from_beginning or offset is not None else "latest"
     seen = 0
     try:
         selection: dict[str, Any] = (
             {"partitions": [(topic, partition)]} if partition is not None else {"topics": [topic]}
         )
+        if group is not None:
+            selection["group"] = group
         with Consumer(url, start=start, **selection) as consumer:
             if offset is not None:
                 assert partition is not None
@@ -289,6 +300,7 @@ def _render(message: Message, print_key: bool, as_json: bool) -> str:
     if as_json:
         return json.dumps(
             {
+                "topic": message.topic,
                 "partition": message.partition,
                 "offset": message.offset,
                 "timestamp": message.timestamp,
@@ -299,6 +311,92 @@ def _render(message: Message, print_key: bool, as_json: bool) -> str:
         )
     value = text(message.value) or ""
     return f"{text(message.key) or ''}\t{value}" if print_key else value
+
+
+@main.group()
+def groups() -> None:
+    """List and describe consumer groups; move their committed offsets."""
+
+
+@groups.command("list")
+@URL
+def groups_list(url: str) -> None:
+    """List consumer groups."""
+    try:
+        with Admin(url) as admin:
+            names = admin.list_groups()
+    except TalosError as exc:
+        _fail(exc)
+    for name in names:
+        click.echo(name)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+@groups.command("describe")
+@URL
+@click.argument("group")
+@click.option("--json", "as_json", is_flag=True, help="The full description as JSON.")
+def groups_describe(url: str, group: str, as_json: bool) -> None:
+    """Show GROUP: its members, and per partition the holder, committed offset, high watermark and lag."""
+    try:
+        with Admin(url) as admin:
+            described = admin.describe_group(group)
+    except TalosError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(described, indent=2))
+        return
+    click.echo(
+        f"group {described['group']}  mode {described['mode'] or '-'}  state {described['state']}  "
+        f"generation {described['generation']}  coordinator {described['coordinator']}"
+    )
+    for member in described["members"]:
+        held = ", ".join(f"{a['topic']}/{a['partition']}" for a in member["assignment"]) or "-"
+        click.echo(f"  member {member['member_id']}  instance {member['instance']}  holds {held}")
+    click.echo(f"{'TOPIC':<30} {'PARTITION':>9} {'COMMITTED':>10} {'HIGH':>10} {'LAG':>8}  MEMBER")
+    for row in described["partitions"]:
+        click.echo(
+            f"{row['topic']:<30} {row['partition']:>9} {_cell(row['committed']):>10} "
+            f"{_cell(row['high_watermark']):>10} {_cell(row['lag']):>8}  {_cell(row['member'])}"
+        )
+
+
+@groups.command("reset-offsets")
+@URL
+@click.argument("group")
+@click.option("--topic", required=True, help="The topic whose committed offsets move.")
+@click.option("--partition", type=click.IntRange(0), default=None, help="Only this partition [default: all].")
+@click.option("--to-earliest", "to", flag_value="earliest", help="Move to each partition's earliest offset.")
+@click.option("--to-latest", "to", flag_value="latest", help="Move to the end (skip everything there now).")
+@click.option("--to-offset", type=click.IntRange(0), default=None, help="Move to this offset (clamped to the range).")
+@click.option(
+    "--to-timestamp", type=click.IntRange(0), default=None, help="Move to the first offset at/after this time (ms)."
+)
+def groups_reset_offsets(
+    url: str,
+    group: str,
+    topic: str,
+    partition: int | None,
+    to: str | None,
+    to_offset: int | None,
+    to_timestamp: int | None,
+) -> None:
+    """Move GROUP's committed offsets of a topic. The group must have no active members."""
+    chosen = [c for c in (to, to_offset is not None and "offset", to_timestamp is not None and "timestamp") if c]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-timestamp")
+    try:
+        with Admin(url) as admin:
+            moved = admin.reset_offsets(
+                group, topic, to=str(chosen[0]), partition=partition, offset=to_offset, timestamp=to_timestamp
+            )
+    except TalosError as exc:
+        _fail(exc)
+    for row in moved:
+        click.echo(f"{row['topic']}/{row['partition']} -> {row['offset']}")
 
 
 @main.group()

@@ -1,6 +1,9 @@
-"""Small helpers shared by the storage tests."""
+"""Small helpers shared by the tests."""
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
 
 from fencing import PartitionLog
 from talos import decode_records, iter_batches
@@ -20,3 +23,14 @@ def read_all(plog: PartitionLog) -> list[tuple[int, bytes | None]]:
         out.extend(chunk)
         offset = chunk[-1][0] + 1
     return out
+
+
+def least_moves(n: int, members: list[str], current: Mapping[tuple[str, int], str], topic: str) -> int:
+    """The fewest of a topic's ``n`` partitions any balanced assignment to ``members`` must move from
+    ``current``, by brute force over which members get the extra partitions (independent of the assigner)."""
+    held = {m: sum(1 for p in range(n) if current.get((topic, p)) == m) for m in members}
+    base, extra = divmod(n, len(members))
+    best_kept = 0
+    for lucky in itertools.combinations(members, extra):
+        best_kept = max(best_kept, sum(min(held[m], base + (1 if m in lucky else 0)) for m in members))
+    return n - best_kept

@@ -8,6 +8,7 @@ RING = f"{ROOT}/ring"
 PARTITIONS = f"{ROOT}/partitions"
 TOPICS = f"{ROOT}/topics"
 PRODUCERS = f"{ROOT}/producers"
+GROUPS = f"{ROOT}/groups"
 
 
 def topic(name: str) -> str:

@@ -1,0 +1,200 @@
+"""REST for consumer groups: ``/v1/groups/{group}/…``. Any server answers; a server that is not the
+group's coordinator forwards the call to the one that is (the ring's owner of ``"__group:<name>"``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field, ValidationError
+from starlette.responses import Response
+
+from server.broker import Broker
+from server.errors import ApiError
+from server.fastpath import read_body
+from server.groups.coordinator import GroupCoordinator, validate_group_name
+from server.reply import Reply
+
+__all__ = ["router"]
+
+M = TypeVar("M", bound=BaseModel)
+_MAX_BODY = 1024 * 1024
+router = APIRouter(prefix="/v1/groups", tags=["groups"])
+
+
+class PartitionRef(BaseModel):
+    topic: str
+    partition: int = Field(ge=0)
+
+
+class JoinRequest(BaseModel):
+    topics: list[str] = Field(min_length=1, max_length=1000, description="topics to consume")
+    session_timeout_ms: int = Field(10_000, description="locks expire this long after the last heartbeat")
+    mode: Literal["exclusive", "broadcast"] = Field(
+        "exclusive", description="exclusive: each partition to one member; broadcast: every member gets all"
+    )
+    instance: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+        description="a stable name of this consumer (broadcast mode keeps offsets per instance)",
+    )
+    owned: list[PartitionRef] = Field(
+        default_factory=list, description="partitions this consumer still holds (rejoining a new coordinator)"
+    )
+
+
+class HeartbeatRequest(BaseModel):
+    owned: list[PartitionRef] = Field(default_factory=list, description="partitions the member holds now")
+
+
+class CommitItem(PartitionRef):
+    offset: int = Field(ge=0, description="the next offset to consume")
+    generation: int | None = Field(None, description="the generation the partition was granted in")
+
+
+class CommitRequest(BaseModel):
+    member_id: str | None = Field(None, description="omit only for a group without active members")
+    offsets: list[CommitItem] = Field(min_length=1, max_length=100_000)
+
+
+class ResetRequest(BaseModel):
+    topic: str
+    partition: int | None = Field(None, ge=0, description="omit: every partition of the topic")
+    to: Literal["earliest", "latest", "offset", "timestamp"]
+    offset: int | None = Field(None, ge=0, description="with to=offset (clamped to the partition's range)")
+    timestamp: int | None = Field(None, ge=0, description="with to=timestamp: ms since the epoch")
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def _parse(model: type[M], raw: bytes) -> M:
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
+        raise ApiError(400, "INVALID_REQUEST", f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _as_response(reply: Reply) -> Response:
+    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.content_type)
+
+
+async def _at_coordinator(
+    request: Request, group: str, handle: Callable[[GroupCoordinator, bytes], Awaitable[Response]]
+) -> Response:
+    """Run ``handle`` here if this server coordinates the group; else forward the request to the one that does."""
+    validate_group_name(group)
+    raw = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
+    coordinator: GroupCoordinator = request.app.state.coordinator
+    owner = coordinator.owner(group)
+    if owner.local:
+        return await handle(coordinator, raw)
+    broker: Broker = request.app.state.broker
+    reply = await broker.forwarder.send(
+        owner, request.method, request.url.path, query=request.query_params, headers=request.headers, body=raw or None
+    )
+    return _as_response(reply)
+
+
+@router.get("", summary="List groups")
+async def list_groups(request: Request) -> Response:
+    coordinator: GroupCoordinator = request.app.state.coordinator
+    return _json({"groups": await coordinator.list()})
+
+
+@router.get("/{group}", summary="Describe: members, assignment, committed offsets, high watermarks, lag")
+async def describe_group(group: str, request: Request) -> Response:
+    async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
+        return _json(await coordinator.describe(group))
+
+    return await _at_coordinator(request, group, handle)
+
+
+@router.post(
+    "/{group}/members", summary="Join: get a member id and the partitions granted", openapi_extra=_schema(JoinRequest)
+)
+async def join_group(group: str, request: Request) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+        body = _parse(JoinRequest, raw)
+        answer = await coordinator.join(
+            group,
+            topics=body.topics,
+            session_s=body.session_timeout_ms / 1000,
+            mode=body.mode,
+            instance=body.instance,
+            owned=[(p.topic, p.partition) for p in body.owned],
+        )
+        return _json(answer)
+
+    return await _at_coordinator(request, group, handle)
+
+
+@router.post(
+    "/{group}/members/{member_id}/heartbeat",
+    summary="Renew the member's locks; learn grants and revocations",
+    openapi_extra=_schema(HeartbeatRequest),
+)
+async def heartbeat(group: str, member_id: str, request: Request) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+        body = _parse(HeartbeatRequest, raw)
+        return _json(await coordinator.heartbeat(group, member_id, [(p.topic, p.partition) for p in body.owned]))
+
+    return await _at_coordinator(request, group, handle)
+
+
+@router.delete("/{group}/members/{member_id}", status_code=204, summary="Leave: the member's partitions are free")
+async def leave_group(group: str, member_id: str, request: Request) -> Response:
+    async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
+        await coordinator.leave(group, member_id)
+        return Response(status_code=204)
+
+    return await _at_coordinator(request, group, handle)
+
+
+@router.post(
+    "/{group}/offsets", summary="Commit offsets (the holder of each partition)", openapi_extra=_schema(CommitRequest)
+)
+async def commit(group: str, request: Request) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+        body = _parse(CommitRequest, raw)
+        items = [((o.topic, o.partition), o.offset, o.generation) for o in body.offsets]
+        return _json(await coordinator.commit(group, body.member_id, items))
+
+    return await _at_coordinator(request, group, handle)
+
+
+@router.get("/{group}/offsets", summary="Committed offsets")
+async def committed(group: str, request: Request, instance: str | None = None) -> Response:
+    async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
+        return _json(await coordinator.offsets(group, instance))
+
+    return await _at_coordinator(request, group, handle)
+
+
+@router.post(
+    "/{group}/offsets/reset",
+    summary="Move committed offsets to earliest, latest, an offset or a time (no active members)",
+    openapi_extra=_schema(ResetRequest),
+)
+async def reset_offsets(group: str, request: Request) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+        body = _parse(ResetRequest, raw)
+        if body.to == "offset" and body.offset is None:
+            raise ApiError(400, "INVALID_REQUEST", "to=offset needs offset")
+        if body.to == "timestamp" and body.timestamp is None:
+            raise ApiError(400, "INVALID_REQUEST", "to=timestamp needs timestamp")
+        answer = await coordinator.reset(
+            group, topic=body.topic, partition=body.partition, to=body.to, offset=body.offset, timestamp=body.timestamp
+        )
+        return _json(answer)
+
+    return await _at_coordinator(request, group, handle)

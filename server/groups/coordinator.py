@@ -1,0 +1,348 @@
+"""The group coordinator: the server the ring gives ``"__group:<name>"`` keeps the group's members and
+locks in memory (:class:`GroupState`) and its committed offsets in ``__consumer_offsets``.
+
+Nothing else is kept: when the ring moves the key, or this server dies, the next coordinator reads the
+group's records back (:func:`fold`), waits out the old locks (``grace_until``) and goes on. Each group's
+calls are serialised by an asyncio lock, so a state change and the record that reports it stay in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from server import internal_topics, messages
+from server.broker import Broker
+from server.cluster import Owner
+from server.errors import ApiError
+from server.groups.catalog import GroupCatalog, StorageGroupCatalog, ZkGroupCatalog
+from server.groups.offsets import (
+    OFFSETS_RETENTION_MS,
+    OFFSETS_TOPIC,
+    commit_record,
+    fold,
+    group_record,
+    offsets_partition,
+    snapshot_record,
+)
+from server.groups.state import BROADCAST, EXCLUSIVE, GroupState, Member, OffsetKey, tp_json
+from server.reply import answer_of
+from server.topics import TopicConfig
+
+__all__ = ["DEAD_LETTER_PREFIX", "GROUP_NAME", "RETRY_PREFIX", "GroupCoordinator", "validate_group_name"]
+
+log = logging.getLogger("talos.groups")
+
+GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+RETRY_PREFIX = "__retry."
+DEAD_LETTER_PREFIX = "__dlq."
+_GRACE_MARGIN_S = 1.0  # beyond the largest session: a heartbeat the old coordinator answered late
+_SIDE_TOPIC_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+TopicPartition = tuple[str, int]
+
+
+def validate_group_name(name: str) -> str:
+    if not GROUP_NAME.match(name):
+        raise ApiError(
+            400,
+            "INVALID_GROUP_NAME",
+            f"invalid group name {name[:300]!r}: 1-200 characters of A-Z a-z 0-9 . _ -, not starting with . _ -",
+        )
+    return name
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dead_letter_topic(group: str) -> str:
+    return DEAD_LETTER_PREFIX + group
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._groups: dict[str, GroupState] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._snapshot_at: dict[str, float] = {}
+        self._catalog: GroupCatalog
+        if broker.cluster is not None:
+            self._catalog = ZkGroupCatalog(broker.cluster.zk)
+        else:
+            self._catalog = StorageGroupCatalog(broker.fs, broker.root)
+        self._registered: set[str] = set()
+        broker.ownership_listeners.append(self.release_unowned)
+
+    def owner(self, group: str) -> Owner:
+        return self._broker.owner_of(f"__group:{group}")
+
+    # ---------------------------------------------------------------- loading and ownership
+
+    async def release_unowned(self) -> None:
+        """Forget the groups the ring gave another server (or all, when the session is lost)."""
+        registered = self._broker.cluster is None or self._broker.cluster.registered
+        for name in list(self._groups):
+            try:
+                local = registered and self.owner(name).local
+            except ApiError:
+                local = False
+            if not local:
+                log.info("group %s: no longer its coordinator", name)
+                self._groups.pop(name, None)
+
+    async def _offsets_topic(self) -> TopicConfig:
+        config = TopicConfig(
+            OFFSETS_TOPIC,
+            self._broker.config.group_offsets_partitions,
+            retention_ms=OFFSETS_RETENTION_MS,
+            created_ms=int(time.time() * 1000),
+        )
+        return await internal_topics.ensure(self._broker, config)
+
+    async def _append(self, group: str, record: Any) -> None:
+        config = await self._offsets_topic()
+        await internal_topics.append(self._broker, OFFSETS_TOPIC, offsets_partition(group, config.partitions), [record])
+
+    async def _load(self, name: str) -> GroupState:
+        config = await self._offsets_topic()
+        partition = offsets_partition(name, config.partitions)
+        records = await internal_topics.read_all(self._broker, OFFSETS_TOPIC, partition)
+        recovered = fold(name, ((key, value) for _, key, value in records))
+        now = time.monotonic()
+        active = recovered.members > 0
+        state = GroupState(
+            name,
+            generation=recovered.generation + 1,
+            mode=recovered.mode if active else None,
+            offsets=recovered.offsets,
+            grace_until=now + recovered.session_s + _GRACE_MARGIN_S if active else 0.0,
+        )
+        log.info(
+            "group %s: coordinating (generation %d, %d committed offsets, %s)",
+            name,
+            state.generation,
+            len(state.offsets),
+            f"waiting {recovered.session_s + _GRACE_MARGIN_S:.1f}s for old locks" if active else "no members",
+        )
+        await self._append(name, snapshot_record(state))
+        self._snapshot_at[name] = now
+        return state
+
+    @contextlib.asynccontextmanager
+    async def _group(self, name: str, *, create: bool = True) -> AsyncIterator[GroupState]:
+        validate_group_name(name)
+        owner = self.owner(name)
+        if not owner.local:
+            raise ApiError(
+                503, "NOT_COORDINATOR", f"the ring moved group {name!r} to {owner.server_id}; retry", retriable=True
+            )
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            state = self._groups.get(name)
+            if state is None:
+                if not create and name not in await self.list():
+                    raise ApiError(404, "UNKNOWN_GROUP", f"group {name!r} does not exist")
+                state = await self._load(name)
+                self._groups[name] = state
+            generation = state.generation
+            try:
+                yield state
+            finally:
+                if state.generation != generation:
+                    try:
+                        await self._append(name, group_record(state))
+                    except ApiError as exc:  # advisory: the next coordinator only waits longer or shorter
+                        log.warning("group %s: could not record generation %d: %s", name, state.generation, exc)
+
+    def _partitions(self, topics: Iterable[str]) -> dict[str, int]:
+        counts = {}
+        for topic in topics:
+            try:
+                counts[topic] = self._broker.topic(topic).partitions
+            except ApiError:
+                counts[topic] = 0  # deleted: nothing to assign
+        return counts
+
+    def _answer(self, state: GroupState, member: Member) -> dict[str, object]:
+        exclusive = state.mode == EXCLUSIVE
+        return {
+            **state.answer(member),
+            "retry_topic": retry_topic(state.name) if exclusive else None,
+            "dead_letter_topic": dead_letter_topic(state.name) if exclusive else None,
+        }
+
+    # ---------------------------------------------------------------- the API
+
+    async def join(
+        self,
+        name: str,
+        *,
+        topics: list[str],
+        session_s: float,
+        mode: str,
+        instance: str | None,
+        owned: list[TopicPartition],
+    ) -> dict[str, object]:
+        validate_group_name(name)
+        config = self._broker.config
+        if not config.group_min_session_s <= session_s <= config.group_max_session_s:
+            raise ApiError(
+                400,
+                "INVALID_REQUEST",
+                f"session_timeout_ms must be between {int(config.group_min_session_s * 1000)} and "
+                f"{int(config.group_max_session_s * 1000)}",
+            )
+        for topic in topics:
+            self._broker.topic(topic)  # 404 for an unknown topic
+        subscribed = list(dict.fromkeys(topics))
+        if mode == EXCLUSIVE:
+            for side in (retry_topic(name), dead_letter_topic(name)):
+                side_config = TopicConfig(side, 1, retention_ms=_SIDE_TOPIC_RETENTION_MS)
+                await internal_topics.ensure(self._broker, side_config)
+            subscribed.append(retry_topic(name))
+        member_id = f"{instance or 'member'}-{uuid.uuid4().hex[:12]}"
+        async with self._group(name) as state:
+            member = state.join(
+                time.monotonic(),
+                member_id=member_id,
+                instance=instance or member_id,
+                topics=subscribed,
+                session_s=session_s,
+                mode=mode,
+                partitions=self._partitions(state.topics() | set(subscribed)),
+                claims=owned,
+            )
+            if name not in self._registered:
+                await self._broker.io(self._catalog.register, name)
+                self._registered.add(name)
+            log.info("group %s: %s joined (generation %d)", name, member_id, state.generation)
+            return self._answer(state, member)
+
+    async def heartbeat(self, name: str, member_id: str, owned: list[TopicPartition]) -> dict[str, object]:
+        async with self._group(name) as state:
+            member = state.heartbeat(time.monotonic(), member_id, owned, self._partitions(state.topics()))
+            return self._answer(state, member)
+
+    async def leave(self, name: str, member_id: str) -> None:
+        async with self._group(name) as state:
+            state.leave(time.monotonic(), member_id)
+            log.info("group %s: %s left (generation %d)", name, member_id, state.generation)
+
+    async def commit(
+        self, name: str, member_id: str | None, items: list[tuple[TopicPartition, int, int | None]]
+    ) -> dict[str, object]:
+        async with self._group(name) as state:
+            instance = state.check_commit(time.monotonic(), member_id, [(tp, gen) for tp, _, gen in items])
+            offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}
+            await self._append(name, commit_record(name, offsets))
+            state.offsets.update(offsets)
+            return {"committed": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in offsets.items()]}
+
+    async def offsets(self, name: str, instance: str | None) -> dict[str, object]:
+        async with self._group(name, create=False) as state:
+            rows = [
+                {"topic": t, "partition": p, "offset": o, **({"instance": i} if i else {})}
+                for (i, t, p), o in sorted(state.offsets.items())
+                if instance is None or i == instance
+            ]
+            return {"group": name, "offsets": rows}
+
+    async def reset(
+        self, name: str, *, topic: str, partition: int | None, to: str, offset: int | None, timestamp: int | None
+    ) -> dict[str, object]:
+        config = self._broker.topic(topic)
+        if partition is not None:
+            self._broker.check_partition(topic, partition)
+        indexes = range(config.partitions) if partition is None else [partition]
+        async with self._group(name) as state:
+            state.check_commit(time.monotonic(), None, [])  # 409 while members are active
+            targets: dict[OffsetKey, int] = {}
+            for index in indexes:
+                earliest, latest = await internal_topics.bounds(self._broker, topic, index)
+                if to == "earliest":
+                    value = earliest
+                elif to == "latest":
+                    value = latest
+                elif to == "timestamp":
+                    query = {"timestamp": str(timestamp)}
+                    value = int(answer_of(await messages.offsets(self._broker, topic, index, {}, query))["offset"])
+                else:
+                    value = min(max(int(offset or 0), earliest), latest)
+                targets[("", topic, index)] = value
+            await self._append(name, commit_record(name, targets))
+            state.offsets.update(targets)
+            return {"group": name, "offsets": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in targets.items()]}
+
+    async def describe(self, name: str) -> dict[str, object]:
+        async with self._group(name, create=False) as state:
+            now = time.monotonic()
+            state.expire(now)
+            members = [
+                {
+                    "member_id": m.member_id,
+                    "instance": m.instance,
+                    "topics": list(m.topics),
+                    "assignment": [tp_json(tp) for tp, _ in state.assignment(m)],
+                    "revoking": [tp_json(tp) for tp in sorted(m.revoking)],
+                    "session_timeout_ms": int(m.session_s * 1000),
+                    "expires_in_ms": max(int((m.deadline - now) * 1000), 0),
+                }
+                for m in state.members.values()
+            ]
+            holders = {tp: lock.member for tp, lock in state.locks.items()}
+            topics = state.topics() | {t for (_, t, _) in state.offsets}
+            instances = sorted({i for (i, _, _) in state.offsets} | {""}) if state.mode == BROADCAST else [""]
+            snapshot: dict[str, object] = {
+                "group": name,
+                "coordinator": self._broker.config.member_id,
+                "mode": state.mode,
+                "state": state.state(now),
+                "generation": state.generation,
+                "members": members,
+                "target": [{**tp_json(tp), "member": m} for tp, m in sorted(state.target.items())],
+            }
+        partitions = []
+        counts = self._partitions(sorted(topics))
+        for topic, count in counts.items():
+            for index in range(count):
+                try:
+                    high: int | None = (await internal_topics.bounds(self._broker, topic, index))[1]
+                except ApiError:
+                    high = None  # its owner cannot answer now
+                for instance in instances:
+                    committed = state.offsets.get((instance, topic, index))
+                    lag = high - committed if high is not None and committed is not None else None
+                    row: dict[str, object] = {
+                        "topic": topic,
+                        "partition": index,
+                        "member": holders.get((topic, index)),
+                        "committed": committed,
+                        "high_watermark": high,
+                        "lag": lag,
+                    }
+                    if state.mode == BROADCAST:
+                        row["instance"] = instance
+                    partitions.append(row)
+        snapshot["partitions"] = partitions
+        return snapshot
+
+    async def list(self) -> list[str]:
+        return await self._broker.io(self._catalog.list)
+
+    async def maintain(self) -> None:
+        """Expire silent members and rewrite each group's state every ``group_snapshot_interval_s``."""
+        interval = self._broker.config.group_snapshot_interval_s
+        for name in list(self._groups):
+            with contextlib.suppress(ApiError):
+                async with self._group(name) as state:
+                    state.expire(time.monotonic())
+                    if time.monotonic() - self._snapshot_at.get(name, 0.0) >= interval:
+                        await self._append(name, snapshot_record(state))
+                        self._snapshot_at[name] = time.monotonic()

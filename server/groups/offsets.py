@@ -1,0 +1,107 @@
+"""What a coordinator writes to ``__consumer_offsets``, and how a new coordinator reads a group back.
+
+Every record's key is the group's name; its value is JSON of one of three kinds:
+
+- ``commit``: offsets a member (or ``reset-offsets``) committed,
+- ``group``: the generation, mode, largest session timeout and member count after a membership change,
+- ``snapshot``: all of the above at once.
+
+A group's state is the fold of its records in offset order: a snapshot replaces everything, a commit
+updates offsets, a group record the rest. The topic is compacted by snapshots: a coordinator writes one
+when it takes a group over and every ``group_snapshot_interval_s`` while it serves it, and the topic
+keeps records for ``OFFSETS_RETENTION_MS``, far longer than that interval. So the newest state of every
+group in use is always inside retention, and older records only expire. (Committed offsets of a group
+nobody uses for the whole retention expire too, as in Kafka.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import orjson
+
+from server.groups.state import GroupState, OffsetKey
+from talos import RecordData, partition_for_key
+
+__all__ = [
+    "OFFSETS_RETENTION_MS",
+    "OFFSETS_TOPIC",
+    "Recovered",
+    "commit_record",
+    "fold",
+    "group_record",
+    "offsets_partition",
+    "snapshot_record",
+]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    return partition_for_key(group.encode(), partitions)
+
+
+def _record(group: str, doc: dict[str, object]) -> RecordData:
+    return RecordData(orjson.dumps(doc), group.encode())
+
+
+def _offsets_json(offsets: Iterable[tuple[OffsetKey, int]]) -> list[list[object]]:
+    return [[instance, topic, partition, offset] for (instance, topic, partition), offset in offsets]
+
+
+def commit_record(group: str, offsets: dict[OffsetKey, int]) -> RecordData:
+    return _record(group, {"type": "commit", "offsets": _offsets_json(offsets.items())})
+
+
+def _meta(state: GroupState) -> dict[str, object]:
+    return {
+        "generation": state.generation,
+        "mode": state.mode,
+        "session_s": state.max_session_s(),
+        "members": len(state.members),
+    }
+
+
+def group_record(state: GroupState) -> RecordData:
+    return _record(state.name, {"type": "group", **_meta(state)})
+
+
+def snapshot_record(state: GroupState) -> RecordData:
+    return _record(state.name, {"type": "snapshot", **_meta(state), "offsets": _offsets_json(state.offsets.items())})
+
+
+@dataclass
+class Recovered:
+    generation: int = 0
+    mode: str | None = None
+    session_s: float = 0.0
+    members: int = 0
+    offsets: dict[OffsetKey, int] = field(default_factory=dict)
+
+
+def fold(group: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> Recovered:
+    """The group's state from ``(key, value)`` records in offset order; records of other groups and
+    records this version cannot read are skipped."""
+    state = Recovered()
+    wanted = group.encode()
+    for key, value in records:
+        if key != wanted or not value:
+            continue
+        try:
+            doc = orjson.loads(value)
+            kind = doc.get("type")
+            if kind == "snapshot":
+                state = Recovered()
+            if kind in ("snapshot", "group"):
+                state.generation = int(doc["generation"])
+                state.mode = doc.get("mode")
+                state.session_s = float(doc.get("session_s", 0.0))
+                state.members = int(doc.get("members", 0))
+            if kind in ("snapshot", "commit"):
+                for instance, topic, partition, offset in doc["offsets"]:
+                    state.offsets[(str(instance), str(topic), int(partition))] = int(offset)
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return state

@@ -1,0 +1,69 @@
+"""The server's own topics (``__consumer_offsets``, a group's retry and dead-letter topics): created on
+first use, and written and read through the normal produce and fetch paths, so they are placed on the
+ring, fenced and forwarded like any topic, and any server can read what another wrote.
+"""
+
+from __future__ import annotations
+
+from server import messages
+from server.broker import Broker
+from server.errors import ApiError
+from server.messages import BATCH_CONTENT_TYPE
+from server.reply import answer_of
+from server.topics import TopicConfig
+from talos import RecordData, decode_records, encode_batch, iter_batches
+
+__all__ = ["append", "bounds", "ensure", "read_all"]
+
+_READ_BYTES = 4 * 1024 * 1024
+
+
+async def ensure(broker: Broker, config: TopicConfig) -> TopicConfig:
+    """The topic, created with ``config`` if it does not exist yet (by this server or a racing one)."""
+    try:
+        return broker.topic(config.name)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    try:
+        return await broker.create_topic(config)
+    except ApiError as exc:
+        if exc.code != "TOPIC_EXISTS":
+            raise
+        return await broker.reread_topic(config.name)
+
+
+async def append(broker: Broker, topic: str, partition: int, records: list[RecordData]) -> int:
+    """Write the records durably as one batch at the partition's owner; their first offset."""
+    headers = {"content-type": BATCH_CONTENT_TYPE}
+    reply = await messages.produce(broker, topic, partition, headers, {}, bytes(encode_batch(records)))
+    results = answer_of(reply).get("results") or [{}]
+    return int(results[0].get("offset", -1))
+
+
+async def bounds(broker: Broker, topic: str, partition: int) -> tuple[int, int]:
+    """The partition's earliest offset and its high watermark."""
+    doc = answer_of(await messages.offsets(broker, topic, partition, {}, {}))
+    return int(doc["earliest"]), int(doc["latest"])
+
+
+async def read_all(broker: Broker, topic: str, partition: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record (offset, key, value) from the earliest offset to the high watermark, in order."""
+    offset, end = await bounds(broker, topic, partition)
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    accept = {"accept": BATCH_CONTENT_TYPE}
+    while offset < end:
+        query = {"offset": str(offset), "max_bytes": str(_READ_BYTES)}
+        reply = await messages.fetch(broker, topic, partition, accept, query)
+        if reply.status != 200:
+            answer_of(reply)  # raises the owner's error
+        data = reply.body
+        before = offset
+        for position, _header in iter_batches(data, verify=True):
+            for record in decode_records(data, position, verify=False):
+                if record.offset >= offset:
+                    out.append((record.offset, record.key, record.value))
+                    offset = record.offset + 1
+        if offset == before:
+            break  # nothing more is readable (retention removed the rest as we read)
+    return out

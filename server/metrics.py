@@ -13,6 +13,9 @@ __all__ = [
     "CONTENT_TYPE",
     "fetched",
     "forwarded",
+    "group_committed",
+    "group_rebalanced",
+    "groups_coordinated",
     "misdirected",
     "produced",
     "read_from",
@@ -38,6 +41,24 @@ _misdirected = Counter("talos_misdirected_requests", "Direct requests answered 4
 _takeovers = Counter("talos_partition_takeovers", "Partitions taken over (loaded with a new epoch)", registry=REGISTRY)
 _ring_version = Gauge("talos_ring_version", "Version of the ring this server acts on", registry=REGISTRY)
 _flushes = Gauge("talos_flushes", "Flushes (syncs) of the loaded partitions since they were loaded", registry=REGISTRY)
+
+_group_commits = Counter("talos_group_commits", "Offset commits this server coordinated", registry=REGISTRY)
+_group_rebalances = Counter(
+    "talos_group_rebalances", "Group generations started here (joins, leaves, expiries)", registry=REGISTRY
+)
+_groups = Gauge("talos_groups_coordinated", "Consumer groups this server coordinates", registry=REGISTRY)
+
+
+def group_committed() -> None:
+    _group_commits.inc()
+
+
+def group_rebalanced() -> None:
+    _group_rebalances.inc()
+
+
+def groups_coordinated(count: int) -> None:
+    _groups.set(count)
 
 
 def produced(topic: str, messages: int, size: int) -> None:

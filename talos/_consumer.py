@@ -116,16 +116,6 @@ def _group_request(routes: RouteTable, call: GroupCall, timeout: float) -> dict[
     }
 
 
-def _retry_request(routes: RouteTable, topic: str, message: bytes, timeout: float) -> dict[str, Any]:
-    return {
-        "method": "POST",
-        "url": f"{routes.entry_point}/v1/topics/{quote(topic, safe='')}/partitions/0/messages",
-        "body": message,
-        "headers": _BATCH,
-        "timeout": timeout,
-    }
-
-
 def _unavailable(routes: RouteTable, topic: str, partition: int, error: TalosError) -> float:
     """Seconds to wait before fetching again from a partition that is moving or whose owner is down."""
     if routes.learn(topic, partition, error):
@@ -234,14 +224,27 @@ class _State:
                 self.paused[tp] = time.monotonic() + wait_s
         self.buffer.extend(messages)
 
-    def hand_out(self, max_messages: int) -> list[Message]:
+    def hand_out(self, max_messages: int, *, mark: bool = True) -> list[Message]:
+        """The next buffered messages of partitions still held; ``mark``: count them as consumed now."""
         if self.membership is not None:
             now = time.monotonic()
             self.buffer = [m for m in self.buffer if self.membership.holds((m.topic, m.partition), now)]
         out, self.buffer = self.buffer[:max_messages], self.buffer[max_messages:]
-        for message in out:
-            self.consumed[(message.topic, message.partition)] = message.offset + 1
+        if mark:
+            for message in out:
+                self.consumed[(message.topic, message.partition)] = message.offset + 1
         return out
+
+    def deliver(self, message: Message) -> bool:
+        """For the iterators, one message at a time: True if its partition is still ours (it then counts as
+        consumed); else it is not handed out, and the partition is read again from it if it stays ours."""
+        tp = (message.topic, message.partition)
+        if self.membership is None or self.membership.holds(tp, time.monotonic()):
+            self.consumed[tp] = message.offset + 1
+            return True
+        if self.positions.next.get(tp, -1) > message.offset:
+            self.seek(tp, message.offset)
+        return False
 
     def uncommitted(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         keys = self.consumed if tps is None else [tp for tp in tps if tp in self.consumed]
@@ -258,6 +261,79 @@ class _State:
             if tp in committed:
                 self.positions.next[tp] = committed[tp]
                 self.committed[tp] = committed[tp]
+
+    # ---------------------------------------------------------------- group decisions (the twins do the I/O)
+
+    def group(self) -> Membership:
+        if self.membership is None:
+            raise TalosError("this needs a consumer group: Consumer(url, group=..., topics=[...])")
+        return self.membership
+
+    def beat_failed(self, error: TalosError, *, first: bool) -> bool:
+        """After a failed join or heartbeat: True to beat again at once (join again). The first join's
+        errors other than unavailability are raised: a bad group name or topic fails the constructor."""
+        membership = self.group()
+        unavailable = isinstance(error, (UnavailableError, TransportError))
+        if first and not unavailable and not (isinstance(error, ConflictError) and error.code == "UNKNOWN_MEMBER"):
+            raise error
+        if isinstance(error, ConflictError):
+            log.info("group %s: %s; joining again", membership.group, error.message)
+            membership.forget_member()
+            return True
+        if unavailable:
+            log.info("group %s: heartbeat failed (%s); retrying", membership.group, error)
+        else:
+            log.warning("group %s: heartbeat failed: %s", membership.group, error)
+        return False
+
+    def take_changes(self) -> Changes | None:
+        """What the heartbeats learned; lost partitions are dropped here (and ``on_lost`` told)."""
+        if self.membership is None:
+            return None
+        changes = self.membership.take_changes()
+        _log_changes(self.membership.group, changes)
+        self.forget(changes.lost)
+        if changes.lost and self.on_lost is not None:
+            self.on_lost(list(changes.lost))
+        return changes
+
+    def revoke(self, tps: list[TopicPartition]) -> None:
+        """After the commit: tell ``on_revoke``, stop consuming, and release (the next heartbeat says so)."""
+        if self.on_revoke is not None:
+            self.on_revoke(list(tps))
+        self.forget(tps)
+        self.group().release(tps)
+
+    def assign(self, tps: list[TopicPartition], committed: object) -> None:
+        self.start_from(tps, committed)
+        if self.on_assign is not None:
+            self.on_assign(list(tps))
+
+    def commit_call(
+        self, offsets: Mapping[TopicPartition, int] | None, tps: Iterable[TopicPartition] | None
+    ) -> tuple[GroupCall | None, dict[TopicPartition, int]]:
+        positions = dict(offsets) if offsets is not None else self.uncommitted(tps)
+        call = self.group().commit_call(positions)
+        self.last_commit = time.monotonic()
+        return call, positions
+
+    def retry_request(
+        self, routes: RouteTable, message: Message, delay: float, reason: str, timeout: float
+    ) -> tuple[str, dict[str, Any]]:
+        """The topic a retried message goes to, and the transport call that puts it there."""
+        membership = self.group()
+        if membership.broadcast:
+            raise TalosError("retry() needs an exclusive consumer group")
+        topic, record = retry_record(
+            message, group=membership.group, delay_s=delay, reason=reason, max_retries=self.max_retries
+        )
+        return topic, {
+            "method": "POST",
+            "url": f"{routes.entry_point}/v1/topics/{quote(topic, safe='')}/partitions/0/messages",
+            "body": bytes(encode_batch([record])),
+            "headers": _BATCH,
+            "timeout": timeout,
+        }
 
     def hint_wait(self, now: float, wait_ms: int) -> int:
         """A long poll should not outlast the moment a paused retry partition is due."""
@@ -367,7 +443,7 @@ class Consumer:
         self._wake = threading.Event()
         self._heartbeats: threading.Thread | None = None
         if membership is not None:
-            self._beat(raise_errors=True)  # join now: a bad group name or topic fails here, not later
+            self._beat(first=True)  # join now: a bad group name or topic fails here, not later
             self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="talos-heartbeat", daemon=True)
             self._heartbeats.start()
 
@@ -380,24 +456,14 @@ class Consumer:
             self._routes.rotate()  # the next call asks another server
             raise
 
-    def _beat(self, *, raise_errors: bool = False) -> None:
-        membership = self._state.membership
-        assert membership is not None
+    def _beat(self, *, first: bool = False) -> None:
+        membership = self._state.group()
         sent = time.monotonic()
         try:
             membership.apply(self._call(membership.next_call(sent)), sent)
-        except ConflictError as exc:
-            if raise_errors and exc.code != "UNKNOWN_MEMBER":
-                raise
-            log.info("group %s: %s; joining again", membership.group, exc.message)
-            membership.forget_member()
-            self._wake.set()
-        except (UnavailableError, TransportError) as exc:
-            log.info("group %s: heartbeat failed (%s); retrying", membership.group, exc)
-        except TalosError:
-            if raise_errors:
-                raise
-            log.warning("group %s: heartbeat failed", membership.group, exc_info=True)
+        except TalosError as exc:
+            if self._state.beat_failed(exc, first=first):
+                self._wake.set()
         membership.expire(time.monotonic())
 
     def _heartbeat_loop(self) -> None:
@@ -410,27 +476,18 @@ class Consumer:
                 self._beat()
 
     def _rebalance(self) -> None:
-        """Act on what the heartbeats learned: revoke (commit, callback, release), drop lost, start assigned."""
-        state, membership = self._state, self._state.membership
-        if membership is None:
+        """Act on what the heartbeats learned: revoke (commit, callback, release), start what was assigned."""
+        state = self._state
+        changes = state.take_changes()
+        if changes is None:
             return
-        changes = membership.take_changes()
-        _log_changes(membership.group, changes)
-        state.forget(changes.lost)
-        if changes.lost and state.on_lost is not None:
-            state.on_lost(list(changes.lost))
         if changes.revoked:
             if state.auto_commit:
                 self._commit_quietly(changes.revoked)
-            if state.on_revoke is not None:
-                state.on_revoke(list(changes.revoked))
-            state.forget(changes.revoked)
-            membership.release(changes.revoked)
+            state.revoke(changes.revoked)
             self._wake.set()  # tell the coordinator now: the new holder starts sooner
         if changes.assigned:
-            state.start_from(changes.assigned, self._call(membership.offsets_call()))
-            if state.on_assign is not None:
-                state.on_assign(list(changes.assigned))
+            state.assign(changes.assigned, self._call(state.group().offsets_call()))
 
     def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit what ``poll`` handed out (or ``offsets``: partition → next offset to read).
@@ -442,19 +499,14 @@ class Consumer:
     def _commit(
         self, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
     ) -> None:
-        state = self._state
-        if state.membership is None:
-            raise TalosError("commit() needs a consumer group: Consumer(url, group=..., topics=[...])")
-        positions = dict(offsets) if offsets is not None else state.uncommitted(tps)
-        call = state.membership.commit_call(positions)
-        state.last_commit = time.monotonic()
+        call, positions = self._state.commit_call(offsets, tps)
         if call is None:
             return
         try:
             self._call(call)
         except ConflictError as exc:
             raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
-        state.committed.update(positions)
+        self._state.committed.update(positions)
 
     def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
         try:
@@ -465,13 +517,7 @@ class Consumer:
     def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
         """Redeliver ``message`` to this group after ``delay`` seconds (through the group's retry topic);
         after ``max_retries`` retries it goes to the dead-letter topic instead. Returns the topic used."""
-        state = self._state
-        if state.membership is None or state.membership.broadcast:
-            raise TalosError("retry() needs an exclusive consumer group")
-        topic, record = retry_record(
-            message, group=state.membership.group, delay_s=delay, reason=reason, max_retries=state.max_retries
-        )
-        request = _retry_request(self._routes, topic, bytes(encode_batch([record])), self._timeout)
+        topic, request = self._state.retry_request(self._routes, message, delay, reason, self._timeout)
         check(self._transport.request(**request))
         return topic
 
@@ -517,6 +563,9 @@ class Consumer:
 
     def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         """Messages from any assigned partition, waiting up to ``timeout`` seconds for some to arrive."""
+        return self._poll(timeout, max_messages, mark=True)
+
+    def _poll(self, timeout: float, max_messages: int, *, mark: bool) -> list[Message]:
         state = self._state
         if state.commit_due():
             self._commit_quietly()
@@ -544,11 +593,14 @@ class Consumer:
             self._rebalance()
             if state.buffer or time.monotonic() >= deadline:
                 break
-        return state.hand_out(max_messages)
+        return state.hand_out(max_messages, mark=mark)
 
     def __iter__(self) -> Iterator[Message]:
+        # Checked per message: a partition revoked or expired while the loop body ran is not handed out.
         while not self._closed:
-            yield from self.poll()
+            for message in self._poll(1.0, 500, mark=False):
+                if self._state.deliver(message):
+                    yield message
 
     def close(self) -> None:
         """Commit (with auto-commit), leave the group (its partitions move at once), stop fetching."""
@@ -648,7 +700,7 @@ class AsyncConsumer:
                 await refresh_async(self._routes, self._transport, topic, strict=True)
                 self._state.static += [(topic, p) for p in range(self._routes.partitions[topic])]
             return
-        await self._beat(raise_errors=True)
+        await self._beat(first=True)
         self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
 
     # ---------------------------------------------------------------- group membership
@@ -660,24 +712,14 @@ class AsyncConsumer:
             self._routes.rotate()
             raise
 
-    async def _beat(self, *, raise_errors: bool = False) -> None:
-        membership = self._state.membership
-        assert membership is not None
+    async def _beat(self, *, first: bool = False) -> None:
+        membership = self._state.group()
         sent = time.monotonic()
         try:
             membership.apply(await self._call(membership.next_call(sent)), sent)
-        except ConflictError as exc:
-            if raise_errors and exc.code != "UNKNOWN_MEMBER":
-                raise
-            log.info("group %s: %s; joining again", membership.group, exc.message)
-            membership.forget_member()
-            self._wake.set()
-        except (UnavailableError, TransportError) as exc:
-            log.info("group %s: heartbeat failed (%s); retrying", membership.group, exc)
-        except TalosError:
-            if raise_errors:
-                raise
-            log.warning("group %s: heartbeat failed", membership.group, exc_info=True)
+        except TalosError as exc:
+            if self._state.beat_failed(exc, first=first):
+                self._wake.set()
         membership.expire(time.monotonic())
 
     async def _heartbeat_loop(self) -> None:
@@ -691,26 +733,17 @@ class AsyncConsumer:
                 await self._beat()
 
     async def _rebalance(self) -> None:
-        state, membership = self._state, self._state.membership
-        if membership is None:
+        state = self._state
+        changes = state.take_changes()
+        if changes is None:
             return
-        changes = membership.take_changes()
-        _log_changes(membership.group, changes)
-        state.forget(changes.lost)
-        if changes.lost and state.on_lost is not None:
-            state.on_lost(list(changes.lost))
         if changes.revoked:
             if state.auto_commit:
                 await self._commit_quietly(changes.revoked)
-            if state.on_revoke is not None:
-                state.on_revoke(list(changes.revoked))
-            state.forget(changes.revoked)
-            membership.release(changes.revoked)
+            state.revoke(changes.revoked)
             self._wake.set()
         if changes.assigned:
-            state.start_from(changes.assigned, await self._call(membership.offsets_call()))
-            if state.on_assign is not None:
-                state.on_assign(list(changes.assigned))
+            state.assign(changes.assigned, await self._call(state.group().offsets_call()))
 
     async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """See :meth:`Consumer.commit`."""
@@ -719,19 +752,14 @@ class AsyncConsumer:
     async def _commit(
         self, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
     ) -> None:
-        state = self._state
-        if state.membership is None:
-            raise TalosError("commit() needs a consumer group: AsyncConsumer(url, group=..., topics=[...])")
-        positions = dict(offsets) if offsets is not None else state.uncommitted(tps)
-        call = state.membership.commit_call(positions)
-        state.last_commit = time.monotonic()
+        call, positions = self._state.commit_call(offsets, tps)
         if call is None:
             return
         try:
             await self._call(call)
         except ConflictError as exc:
             raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
-        state.committed.update(positions)
+        self._state.committed.update(positions)
 
     async def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
         try:
@@ -741,13 +769,7 @@ class AsyncConsumer:
 
     async def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
         """See :meth:`Consumer.retry`."""
-        state = self._state
-        if state.membership is None or state.membership.broadcast:
-            raise TalosError("retry() needs an exclusive consumer group")
-        topic, record = retry_record(
-            message, group=state.membership.group, delay_s=delay, reason=reason, max_retries=state.max_retries
-        )
-        request = _retry_request(self._routes, topic, bytes(encode_batch([record])), self._timeout)
+        topic, request = self._state.retry_request(self._routes, message, delay, reason, self._timeout)
         check(await self._transport.request(**request))
         return topic
 
@@ -787,6 +809,9 @@ class AsyncConsumer:
             return []
 
     async def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
+        return await self._poll(timeout, max_messages, mark=True)
+
+    async def _poll(self, timeout: float, max_messages: int, *, mark: bool) -> list[Message]:
         await self._start()
         state = self._state
         if state.commit_due():
@@ -814,12 +839,13 @@ class AsyncConsumer:
             await self._rebalance()
             if state.buffer or time.monotonic() >= deadline:
                 break
-        return state.hand_out(max_messages)
+        return state.hand_out(max_messages, mark=mark)
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         while not self._closed:
-            for message in await self.poll():
-                yield message
+            for message in await self._poll(1.0, 500, mark=False):
+                if self._state.deliver(message):
+                    yield message
 
     async def close(self) -> None:
         if self._closed:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from server import internal_topics, messages
+from server import internal_topics, messages, metrics
 from server.broker import Broker
 from server.cluster import Owner
 from server.errors import ApiError
@@ -96,6 +96,7 @@ class GroupCoordinator:
             if not local:
                 log.info("group %s: no longer its coordinator", name)
                 self._groups.pop(name, None)
+        metrics.groups_coordinated(len(self._groups))
 
     async def _offsets_topic(self) -> TopicConfig:
         config = TopicConfig(
@@ -151,11 +152,13 @@ class GroupCoordinator:
                     raise ApiError(404, "UNKNOWN_GROUP", f"group {name!r} does not exist")
                 state = await self._load(name)
                 self._groups[name] = state
+                metrics.groups_coordinated(len(self._groups))
             generation = state.generation
             try:
                 yield state
             finally:
                 if state.generation != generation:
+                    metrics.group_rebalanced()
                     try:
                         await self._append(name, group_record(state))
                     except ApiError as exc:  # advisory: the next coordinator only waits longer or shorter
@@ -243,6 +246,7 @@ class GroupCoordinator:
             offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}
             await self._append(name, commit_record(name, offsets))
             state.offsets.update(offsets)
+            metrics.group_committed()
             return {"committed": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in offsets.items()]}
 
     async def offsets(self, name: str, instance: str | None) -> dict[str, object]:

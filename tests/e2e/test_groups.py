@@ -245,3 +245,7 @@ def test_async_consumer_in_a_group(server: StandaloneServer, topic_name: str) ->
         rows = [r for r in admin.describe_group(topic_name)["partitions"] if r["topic"] == topic_name]
         assert [r["lag"] for r in rows] == [0, 0]
         assert topic_name in admin.list_groups()
+    status = Urllib3Transport().request("GET", f"{server.url}/metrics")
+    samples = dict(line.rsplit(" ", 1) for line in status.body.decode().splitlines() if line.startswith("talos_group"))
+    assert float(samples["talos_group_commits_total"]) >= 1
+    assert float(samples["talos_groups_coordinated"]) >= 1

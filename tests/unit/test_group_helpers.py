@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 
 from server.groups.offsets import commit_record, fold, group_record, snapshot_record
 from server.groups.state import GroupState
 from talos import Message
-from talos._group import hold_back, retry_record
+from talos._consumer import _State
+from talos._group import Membership, hold_back, retry_record
 
 
 def message(offset: int = 7, headers: tuple[tuple[str, bytes | None], ...] = (), topic: str = "orders") -> Message:
@@ -64,3 +67,29 @@ def test_fold_keeps_the_last_word_per_group() -> None:
     assert recovered.offsets == {("", "t", 0): 5, ("", "t", 1): 3}
     assert recovered.generation == 6 and recovered.members == 0
     assert orjson.loads(records[0].value or b"{}")["type"] == "commit"
+
+
+def test_the_iterator_does_not_hand_out_a_message_of_a_partition_no_longer_held() -> None:
+    membership = Membership("g", ["orders"], session_s=10, broadcast=False, instance=None)
+    answer = {"member_id": "m", "assignment": [{"topic": "orders", "partition": 2, "generation": 1}]}
+    membership.apply(answer, sent_at=time.monotonic())
+    membership.take_changes()  # the consumer took the grant
+    state = _State(
+        start="earliest",
+        partitions=[],
+        membership=membership,
+        auto_commit=False,
+        auto_commit_interval_s=5,
+        on_assign=None,
+        on_revoke=None,
+        on_lost=None,
+        max_retries=3,
+    )
+    state.positions.next[("orders", 2)] = 10
+    assert state.deliver(message(7))
+    assert state.consumed[("orders", 2)] == 8
+    membership.apply({"member_id": "m", "assignment": []}, sent_at=time.monotonic())  # taken away
+    assert not state.deliver(message(8))
+    assert not state.deliver(message(9))
+    assert state.positions.next[("orders", 2)] == 8  # read again from the first one not handed out
+    assert state.consumed[("orders", 2)] == 8  # and not counted as consumed

@@ -1,1 +1,9 @@
-"""Metering: metrics through the __talos_metrics topic, aggregation, stores, quota decision model."""
+"""Metering: usage from ``__talos_metrics``, summed per minute by a Spark job into a store (DuckDB or Druid)
+that answers traffic, tenant usage and top-partition queries, and gives the ring its weights."""
+
+from __future__ import annotations
+
+from metering.store import MinuteUsage, Store, Window
+from metering.stores import open_store
+
+__all__ = ["MinuteUsage", "Store", "Window", "open_store"]

@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="on SIGTERM leave the ring so partitions move at once (default: stay, as for a rolling restart)",
     )
+    member.add_argument(
+        "--metering-store",
+        help="weight the ring by metered traffic: a DuckDB file, or druid:http://host:port (env TALOS_METERING_STORE)",
+    )
     args = parser.parse_args(argv)
 
     group_commit = None if args.group_commit is None else args.group_commit == "on"
@@ -95,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
             join_delay_s=args.join_delay,
             reassign_delay_s=args.reassign_delay,
             leave_on_shutdown=args.leave_on_shutdown,
+            metering_store=args.metering_store,
         )
     try:
         config = load_config(args.config, **flags)

@@ -33,6 +33,7 @@ from server.groups import api as groups_api
 from server.messages import BATCH_CONTENT_TYPE
 from server.reply import Reply
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
+from server.usage_emitter import UsageEmitter
 
 __all__ = ["create_app", "create_asgi"]
 
@@ -120,6 +121,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.broker = broker
         app.state.coordinator = coordinator = GroupCoordinator(broker)
         maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator))
+        emitter = UsageEmitter(broker, broker.usage)
+        emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
         if broker.cluster is not None:
@@ -130,6 +133,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             maintenance.cancel()
+            if emitting is not None:
+                emitting.cancel()
+                await emitter.close()
             await broker.close()
 
     app = FastAPI(

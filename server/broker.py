@@ -30,6 +30,7 @@ from server.producer_ids import ProducerIds, StorageProducerIds
 from server.producers import ProducerStates
 from server.tailcache import TailCache
 from server.topics import INTERNAL_NAME, TOPIC_NAME, TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
+from server.usage import UsageMeter
 
 __all__ = ["Broker", "NotOwnerError"]
 
@@ -68,6 +69,7 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0)
+        self.usage = UsageMeter()
         # Called after the ring moved partitions away or the session was lost: whatever else this server
         # serves by the ring (group coordination) lets go of what it no longer owns.
         self.ownership_listeners: list[Callable[[], Coroutine[Any, Any, None]]] = []

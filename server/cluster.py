@@ -167,6 +167,8 @@ class ClusterMember:
             self.zk,
             join_delay=self.config.join_delay_s,
             reassign_delay=self.config.reassign_delay_s,
+            traffic=daily_traffic(self.config.metering_store) if self.config.metering_store else None,
+            reweigh_every_s=self.config.reweigh_every_s,
         )
         while not self._stop.is_set():
             try:
@@ -243,3 +245,23 @@ def _ensure_chroot(hosts: str, timeout: float) -> None:
     finally:
         client.stop()
         client.close()
+
+
+def daily_traffic(store_spec: str) -> Callable[[], dict[str, float]]:
+    """Per ring key, the average bytes/s over the last day, from the metering store (read when called)."""
+
+    def read() -> dict[str, float]:
+        from metering import Window, open_store  # the metering extra; only when a store is configured
+
+        if store_spec.startswith("druid:"):
+            store = open_store(druid_url=store_spec.removeprefix("druid:"))
+        else:
+            store = open_store(duckdb_path=store_spec)
+        now_ms = int(time.time() * 1000)
+        try:
+            return store.partition_rates(Window(now_ms - 86_400_000, now_ms))
+        except Exception as exc:  # a store we cannot read must not stop ring maintenance
+            log.warning("ring weights: cannot read the metering store %s: %r", store_spec, exc)
+            return {}
+
+    return read

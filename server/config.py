@@ -38,6 +38,12 @@ class ServerConfig:
     group_snapshot_interval_s: float = 600.0  # a coordinator rewrites each group's state this often
     group_min_session_s: float = 0.5
     group_max_session_s: float = 300.0
+    # Metering: usage records to __talos_metrics every interval (0: off).
+    metering_interval_s: float = 10.0
+    metering_partitions: int = 4  # partitions of __talos_metrics (fixed once created)
+    # Ring weights from the metering store: a DuckDB file, or druid:http://host:port ("" = unweighted ring).
+    metering_store: str = ""
+    reweigh_every_s: float = 3600.0  # how often the ring keeper looks at the last day's traffic
     log_level: str = "info"
     access_log: bool = False
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).

@@ -22,7 +22,7 @@ __all__ = ["HOPS_HEADER", "ROUTE_HEADER", "Forwarder"]
 
 HOPS_HEADER = "x-talos-hops"
 ROUTE_HEADER = "x-talos-route"
-_PASS_REQUEST = ("content-type", "accept", "authorization")
+_PASS_REQUEST = ("content-type", "accept", "authorization", "x-talos-tenant")
 _PASS_RESPONSE = ("retry-after",)
 
 

@@ -33,10 +33,22 @@ async def ensure(broker: Broker, config: TopicConfig) -> TopicConfig:
         return await broker.reread_topic(config.name)
 
 
-async def append(broker: Broker, topic: str, partition: int, records: list[RecordData]) -> int:
-    """Write the records durably as one batch at the partition's owner; their first offset."""
+async def append(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    records: list[RecordData],
+    *,
+    producer: tuple[int, int, int] | None = None,
+) -> int:
+    """Write the records durably as one batch at the partition's owner; their first offset.
+
+    ``producer``: (id, epoch, first sequence) of an idempotent producer, so a resend is stored once."""
     headers = {"content-type": BATCH_CONTENT_TYPE}
-    reply = await messages.produce(broker, topic, partition, headers, {}, bytes(encode_batch(records)))
+    ids = {}
+    if producer is not None:
+        ids = {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": producer[2]}
+    reply = await messages.produce(broker, topic, partition, headers, {}, bytes(encode_batch(records, **ids)))
     results = answer_of(reply).get("results") or [{}]
     return int(results[0].get("offset", -1))
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import Mapping
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -23,7 +25,8 @@ from server.errors import ApiError
 from server.forwarding import HOPS_HEADER
 from server.partition import LoadedPartition, ProduceResult
 from server.reply import JSON, Reply, answer_of
-from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key
+from server.usage import TENANT_HEADER, tenant_of
+from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key, read_header
 
 __all__ = ["BATCH_CONTENT_TYPE", "JSON", "Reply", "fetch", "offsets", "partition_path", "produce"]
 
@@ -149,7 +152,7 @@ async def _forward_batch(
     durable: bool,
     headers: Mapping[str, str],
 ) -> ProduceResult:
-    passed = {k: v for k, v in headers.items() if k == HOPS_HEADER}
+    passed = {k: v for k, v in headers.items() if k in (HOPS_HEADER, TENANT_HEADER)}
     passed["content-type"] = BATCH_CONTENT_TYPE
     query = {"acks": "durable" if durable else "accepted"}
     reply = await _forward(broker, owner, "POST", topic, partition, "messages", passed, query, bytes(batch))
@@ -157,6 +160,20 @@ async def _forward_batch(
     if not results:
         raise ApiError(502, "FORWARD_FAILED", f"the owner's answer holds no result: {reply.body[:200]!r}")
     return ProduceResult.from_wire(results[0])
+
+
+@contextlib.contextmanager
+def _metered(broker: Broker, headers: Mapping[str, str], topic: str, partition: int) -> Iterator[dict[str, int]]:
+    """Count a request served here (the partition's owner) for metering; the body fills in the sizes."""
+    started = time.monotonic()
+    sizes: dict[str, int] = {}
+    key = (tenant_of(headers), topic, partition)
+    try:
+        yield sizes
+    except BaseException:
+        broker.usage.record(key, started=started, error=True)
+        raise
+    broker.usage.record(key, started=started, sizes=sizes)
 
 
 def partition_path(topic: str, partition: int, leaf: str) -> str:
@@ -218,7 +235,9 @@ async def _produce_json(
             loaded = await broker.partition(topic, partition)
         except NotOwnerError as exc:  # another server's partition: hand it the batch, already encoded
             return await _forward_batch(broker, exc.owner, topic, partition, batch, durable, headers)
-        return await loaded.produce(batch, durable=durable, verify=False)
+        with _metered(broker, headers, topic, partition) as usage:
+            usage.update(bytes_in=len(batch), messages_in=len(items))
+            return await loaded.produce(batch, durable=durable, verify=False)
 
     if len(groups) == 1:  # the common case: no gather
         answers = [await commit(*next(iter(groups.items())))]
@@ -252,9 +271,11 @@ async def _produce_batches(
     if not spans:
         raise ApiError(400, "INVALID_REQUEST", "the body holds no record batch")
     view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
-    answers: list[ProduceResult] = await asyncio.gather(
-        *(loaded.produce(bytearray(view[pos : pos + size]), durable=durable) for pos, size, _ in spans)
-    )
+    with _metered(broker, headers, topic, partition) as usage:
+        usage.update(bytes_in=len(body), messages_in=sum(count for *_, count in spans))
+        answers: list[ProduceResult] = await asyncio.gather(
+            *(loaded.produce(bytearray(view[pos : pos + size]), durable=durable) for pos, size, _ in spans)
+        )
     metrics.produced(topic, sum(count for *_, count in spans), len(body))
     results = [
         {
@@ -329,7 +350,12 @@ async def fetch(
     except NotOwnerError as exc:
         owner = exc.owner
         return await _forward(broker, owner, "GET", topic, partition, "messages", headers, query, None, wait_ms / 1000)
-    result = await loaded.fetch(offset, max_bytes, wait_ms)
+    with _metered(broker, headers, topic, partition) as usage:
+        result = await loaded.fetch(offset, max_bytes, wait_ms)
+        usage.update(
+            bytes_out=sum(len(b) for b in result.batches),
+            messages_out=sum(read_header(b, 0).record_count for b in result.batches),
+        )
     metrics.fetched(topic, sum(len(b) for b in result.batches))
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}

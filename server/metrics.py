@@ -21,6 +21,7 @@ __all__ = [
     "read_from",
     "render",
     "took_over",
+    "usage",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -47,6 +48,33 @@ _group_rebalances = Counter(
     "talos_group_rebalances", "Group generations started here (joins, leaves, expiries)", registry=REGISTRY
 )
 _groups = Gauge("talos_groups_coordinated", "Consumer groups this server coordinates", registry=REGISTRY)
+
+_usage_bytes = Counter(
+    "talos_usage_bytes",
+    "Bytes in and out, by tenant/topic/partition (at the owner)",
+    ["tenant", "topic", "partition"],
+    registry=REGISTRY,
+)
+_usage_messages = Counter(
+    "talos_usage_messages",
+    "Messages in and out, by tenant/topic/partition",
+    ["tenant", "topic", "partition"],
+    registry=REGISTRY,
+)
+_usage_errors = Counter(
+    "talos_usage_errors",
+    "Failed requests, by tenant/topic/partition",
+    ["tenant", "topic", "partition"],
+    registry=REGISTRY,
+)
+
+
+def usage(key: tuple[str, str, int], size: int, messages: int, error: bool) -> None:
+    labels = (key[0], key[1], str(key[2]))
+    _usage_bytes.labels(*labels).inc(size)
+    _usage_messages.labels(*labels).inc(messages)
+    if error:
+        _usage_errors.labels(*labels).inc()
 
 
 def group_committed() -> None:

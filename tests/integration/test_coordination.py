@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,34 +13,7 @@ from fencing import DirectoryEpochSource, PartitionLog, open_storage
 from hashring import Ring
 from server.coordination import RingKeeper, RingStore, ServerRegistry, StaleRingError, ZkEpochSource
 from talos import RecordData, encode_batch
-from talos.devservices import ZooKeeperServer
-
-Connect = Callable[[], KazooClient]
-
-
-@pytest.fixture
-def connect(zookeeper: ZooKeeperServer) -> Iterator[Connect]:
-    """Clients under a fresh chroot per test, all stopped at the end."""
-    chroot = f"/test-{uuid.uuid4().hex[:8]}"
-    root = KazooClient(hosts=zookeeper.address)
-    root.start(timeout=15)
-    root.ensure_path(chroot)
-    root.stop()
-    root.close()
-    clients: list[KazooClient] = []
-
-    def make() -> KazooClient:
-        client = KazooClient(hosts=zookeeper.address + chroot, timeout=4)
-        client.start(timeout=15)
-        clients.append(client)
-        return client
-
-    try:
-        yield make
-    finally:
-        for client in clients:
-            client.stop()
-            client.close()
+from tests.integration.conftest import Connect
 
 
 def test_registration_is_ephemeral(connect: Connect) -> None:

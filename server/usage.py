@@ -1,0 +1,90 @@
+"""Metering: what each (tenant, topic, partition) cost this server, sent through Talos itself.
+
+:class:`UsageMeter` counts, where a partition's owner serves a request (never at a server that only
+forwards it, so nothing is counted twice): bytes and messages in and out, requests, errors, and the
+latency sum and maximum; ``server.usage_emitter`` sends them to ``__talos_metrics``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import orjson
+
+from server import metrics
+from talos import RecordData
+
+__all__ = ["METRICS_TOPIC", "TENANT_HEADER", "Usage", "UsageMeter", "tenant_of", "usage_records"]
+
+METRICS_TOPIC = "__talos_metrics"
+TENANT_HEADER = "x-talos-tenant"
+DEFAULT_TENANT = "default"
+Key = tuple[str, str, int]  # (tenant, topic, partition)
+
+
+def tenant_of(headers: Mapping[str, str]) -> str:
+    return headers.get(TENANT_HEADER) or DEFAULT_TENANT
+
+
+@dataclass
+class Usage:
+    bytes_in: int = 0
+    messages_in: int = 0
+    bytes_out: int = 0
+    messages_out: int = 0
+    requests: int = 0
+    errors: int = 0
+    latency_ms_sum: float = 0.0
+    latency_ms_max: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        for name, value in asdict(other).items():
+            if name == "latency_ms_max":
+                self.latency_ms_max = max(self.latency_ms_max, value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
+
+class UsageMeter:
+    """Counts since the last :meth:`take`. Called on the event loop only: no lock needed."""
+
+    def __init__(self) -> None:
+        self._counts: dict[Key, Usage] = {}
+
+    def record(self, key: Key, *, started: float, sizes: Mapping[str, int] | None = None, error: bool = False) -> None:
+        """One request served: ``sizes`` holds any of bytes_in, messages_in, bytes_out, messages_out."""
+        if key[1] == METRICS_TOPIC:
+            return  # metering the meter would never settle
+        latency = (time.monotonic() - started) * 1000
+        usage = Usage(**(sizes or {}), requests=1, errors=int(error), latency_ms_sum=latency, latency_ms_max=latency)
+        self._counts.setdefault(key, Usage()).add(usage)
+        metrics.usage(key, usage.bytes_in + usage.bytes_out, usage.messages_in + usage.messages_out, error)
+
+    def take(self) -> dict[Key, Usage]:
+        counts, self._counts = self._counts, {}
+        return counts
+
+
+def usage_records(
+    server: str, window_start_ms: int, window_end_ms: int, counts: Mapping[Key, Usage]
+) -> list[RecordData]:
+    return [
+        RecordData(
+            orjson.dumps(
+                {
+                    "server": server,
+                    "window_start_ms": window_start_ms,
+                    "window_end_ms": window_end_ms,
+                    "tenant": tenant,
+                    "topic": topic,
+                    "partition": partition,
+                    **asdict(usage),
+                }
+            ),
+            server.encode(),
+            timestamp=window_end_ms,
+        )
+        for (tenant, topic, partition), usage in sorted(counts.items())
+    ]

@@ -1,0 +1,45 @@
+"""One local Spark session for the whole test session (Spark starts in seconds, but not per test), and a
+real standalone Talos server that meters every second."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from talos.devservices import StandaloneServer
+
+_names = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/spark/" in str(item.path).replace("\\\\", "/"):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from metering.job import spark_session
+
+    session = spark_session()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
+    instance = StandaloneServer(tmp_path_factory.mktemp("standalone") / "data", env={"TALOS_METERING_INTERVAL_S": "1"})
+    try:
+        yield instance.start()
+    finally:
+        instance.stop()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"s{next(_names)}"

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 import orjson
 import urllib3
 
-from metering.store import COUNTERS, MinuteUsage, Window
+from metering.store import COUNTERS, MinuteUsage, Window, rates
 
 __all__ = ["DruidStore", "ingestion_spec"]
 
@@ -172,8 +172,4 @@ class DruidStore:
         )
 
     def partition_rates(self, window: Window) -> dict[str, float]:
-        seconds = max((window.end_ms - window.start_ms) / 1000, 1.0)
-        return {
-            f"{row['topic']}:{row['partition']}": float(row["bytes"]) / seconds  # type: ignore[arg-type]
-            for row in self.top_partitions(window, 100_000)
-        }
+        return rates(self.top_partitions(window, 100_000), window)

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from metering.store import COLUMNS, COUNTERS, MinuteUsage, Window
+from metering.store import COLUMNS, COUNTERS, MinuteUsage, Window, rates
 
 __all__ = ["DuckDbStore"]
 
@@ -113,8 +113,4 @@ class DuckDbStore:
         )
 
     def partition_rates(self, window: Window) -> dict[str, float]:
-        seconds = max((window.end_ms - window.start_ms) / 1000, 1.0)
-        return {
-            f"{row['topic']}:{row['partition']}": float(row["bytes"]) / seconds  # type: ignore[arg-type]
-            for row in self.top_partitions(window, 1_000_000)
-        }
+        return rates(self.top_partitions(window, 1_000_000), window)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["COLUMNS", "MinuteUsage", "Store", "Window"]
+__all__ = ["COLUMNS", "MinuteUsage", "Store", "Window", "rates"]
 
 COUNTERS = ("bytes_in", "messages_in", "bytes_out", "messages_out", "requests", "errors", "latency_ms_sum")
 COLUMNS = ("minute_ms", "tenant", "topic", "partition", *COUNTERS, "latency_ms_max")
@@ -66,3 +66,9 @@ class Store(Protocol):
     def partition_rates(self, window: Window) -> dict[str, float]:
         """Ring key ``"topic:partition"`` → average bytes/s in + out over the window (ring weights)."""
         ...
+
+
+def rates(top: list[dict[str, object]], window: Window) -> dict[str, float]:
+    """``top_partitions`` rows (``topic``, ``partition``, ``bytes``) as ring key → average bytes/s."""
+    seconds = max((window.end_ms - window.start_ms) / 1000, 1.0)
+    return {f"{row['topic']}:{row['partition']}": float(row["bytes"]) / seconds for row in top}  # type: ignore[arg-type]

@@ -31,17 +31,13 @@ from server.fastpath import FastPath, read_body
 from server.groups import GroupCoordinator
 from server.groups import api as groups_api
 from server.messages import BATCH_CONTENT_TYPE
-from server.reply import Reply
+from server.reply import as_response, json_response
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
 from server.usage_emitter import UsageEmitter
 
 __all__ = ["create_app", "create_asgi"]
 
 log = logging.getLogger("talos.server")
-
-
-def _json(data: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(data), status_code=status, headers=headers, media_type="application/json")
 
 
 class TopicCreate(BaseModel):
@@ -99,10 +95,6 @@ _PRODUCE_SCHEMA: dict[str, Any] = {
 
 async def read_request_body(request: Request, limit: int) -> bytes:
     return await read_body(request.receive, limit, request.headers.get("content-length"))
-
-
-def as_response(reply: Reply) -> Response:
-    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.content_type)
 
 
 def create_asgi(config: ServerConfig) -> FastPath:
@@ -187,7 +179,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         cluster = broker().cluster
         if cluster is not None and not (cluster.registered and cluster.zk.connected):
             return error_response(ApiError(503, "NOT_READY", "not registered in ZooKeeper", retriable=True))
-        return _json({"status": "ready"})
+        return json_response({"status": "ready"})
 
     # ---------------------------------------------------------------- cluster
 
@@ -197,8 +189,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         if member is None:
             url = broker().config.url
             me = {"id": config.member_id, "url": url, "registered": True, "in_ring": True, "vnodes": None}
-            return _json({"mode": "standalone", "server_id": config.member_id, "url": url, "servers": [me]})
-        return _json(member.describe())
+            return json_response({"mode": "standalone", "server_id": config.member_id, "url": url, "servers": [me]})
+        return json_response(member.describe())
 
     @app.get("/v1/routes", tags=["cluster"], summary="Partition → owner URL (for client-side addressing)")
     async def routes(topic: str | None = None) -> Response:
@@ -213,7 +205,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             table[described.name] = entries
         ring_version = b.cluster.ring.version if b.cluster is not None else 0
         mode = "cluster" if b.cluster is not None else "standalone"
-        return _json({"mode": mode, "ring_version": ring_version, "topics": table})
+        return json_response({"mode": mode, "ring_version": ring_version, "topics": table})
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
     async def prometheus() -> Response:
@@ -230,11 +222,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         created = await broker().create_topic(
             TopicConfig(body.name, body.partitions, body.retention_ms, body.retention_bytes)
         )
-        return _json(topic_json(created), 201)
+        return json_response(topic_json(created), 201)
 
     @app.get("/v1/topics", tags=["topics"], summary="List topics")
     async def list_topics() -> Response:
-        return _json({"topics": [topic_json(t) for t in broker().list_topics()]})
+        return json_response({"topics": [topic_json(t) for t in broker().list_topics()]})
 
     @app.get("/v1/topics/{topic}", tags=["topics"], summary="Describe a topic with its partitions' offsets")
     async def describe_topic(topic: str) -> Response:
@@ -254,7 +246,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             }
 
         partitions = await asyncio.gather(*(detail(index) for index in range(config.partitions)))
-        return _json({**topic_json(config), "partitions_detail": partitions})
+        return json_response({**topic_json(config), "partitions_detail": partitions})
 
     @app.patch("/v1/topics/{topic}", tags=["topics"], summary="Add partitions or change retention")
     async def patch_topic(topic: str, body: TopicPatch) -> Response:
@@ -263,7 +255,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise ApiError(400, "INVALID_REQUEST", f"partitions can only grow (now {current.partitions})")
         changes = body.model_dump(exclude_unset=True)
         updated = await broker().update_topic(topic, **changes)
-        return _json(topic_json(updated))
+        return json_response(topic_json(updated))
 
     @app.delete("/v1/topics/{topic}", status_code=204, tags=["topics"], summary="Delete a topic and its data")
     async def delete_topic(topic: str) -> Response:
@@ -290,7 +282,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         producer_id, epoch = await asyncio.get_running_loop().run_in_executor(
             b.executor, b.producer_ids.allocate, wanted
         )
-        return _json({"producer_id": producer_id, "producer_epoch": epoch})
+        return json_response({"producer_id": producer_id, "producer_epoch": epoch})
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
 

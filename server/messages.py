@@ -271,12 +271,13 @@ async def _produce_batches(
     if not spans:
         raise ApiError(400, "INVALID_REQUEST", "the body holds no record batch")
     view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
+    records = sum(count for *_, count in spans)
     with _metered(broker, headers, topic, partition) as usage:
-        usage.update(bytes_in=len(body), messages_in=sum(count for *_, count in spans))
+        usage.update(bytes_in=len(body), messages_in=records)
         answers: list[ProduceResult] = await asyncio.gather(
             *(loaded.produce(bytearray(view[pos : pos + size]), durable=durable) for pos, size, _ in spans)
         )
-    metrics.produced(topic, sum(count for *_, count in spans), len(body))
+    metrics.produced(topic, records, len(body))
     results = [
         {
             "partition": partition,
@@ -352,11 +353,9 @@ async def fetch(
         return await _forward(broker, owner, "GET", topic, partition, "messages", headers, query, None, wait_ms / 1000)
     with _metered(broker, headers, topic, partition) as usage:
         result = await loaded.fetch(offset, max_bytes, wait_ms)
-        usage.update(
-            bytes_out=sum(len(b) for b in result.batches),
-            messages_out=sum(read_header(b, 0).record_count for b in result.batches),
-        )
-    metrics.fetched(topic, sum(len(b) for b in result.batches))
+        size = sum(len(b) for b in result.batches)
+        usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in result.batches))
+    metrics.fetched(topic, size)
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
         return Reply(200, b"".join(result.batches), BATCH_CONTENT_TYPE, marks)

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from starlette.responses import Response
 
 from server.errors import ApiError
 
-__all__ = ["JSON", "Reply", "answer_of"]
+__all__ = ["JSON", "Reply", "answer_of", "as_response", "json_response"]
 
 JSON = "application/json"
 
@@ -20,6 +21,15 @@ class Reply:
     body: bytes
     content_type: str = JSON
     headers: dict[str, str] = field(default_factory=dict)
+
+
+def as_response(reply: Reply) -> Response:
+    """The reply as FastAPI sends it."""
+    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.content_type)
+
+
+def json_response(data: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data), status_code=status, headers=headers, media_type=JSON)
 
 
 def answer_of(reply: Reply) -> dict[str, Any]:

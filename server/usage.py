@@ -39,12 +39,16 @@ class Usage:
     latency_ms_sum: float = 0.0
     latency_ms_max: float = 0.0
 
-    def add(self, other: Usage) -> None:
-        for name, value in asdict(other).items():
-            if name == "latency_ms_max":
-                self.latency_ms_max = max(self.latency_ms_max, value)
-            else:
-                setattr(self, name, getattr(self, name) + value)
+    def add(self, sizes: Mapping[str, int], *, error: bool, latency_ms: float) -> None:
+        """One request: ``sizes`` holds any of bytes_in, messages_in, bytes_out, messages_out."""
+        self.bytes_in += sizes.get("bytes_in", 0)
+        self.messages_in += sizes.get("messages_in", 0)
+        self.bytes_out += sizes.get("bytes_out", 0)
+        self.messages_out += sizes.get("messages_out", 0)
+        self.requests += 1
+        self.errors += error
+        self.latency_ms_sum += latency_ms
+        self.latency_ms_max = max(self.latency_ms_max, latency_ms)
 
 
 class UsageMeter:
@@ -57,10 +61,13 @@ class UsageMeter:
         """One request served: ``sizes`` holds any of bytes_in, messages_in, bytes_out, messages_out."""
         if key[1] == METRICS_TOPIC:
             return  # metering the meter would never settle
-        latency = (time.monotonic() - started) * 1000
-        usage = Usage(**(sizes or {}), requests=1, errors=int(error), latency_ms_sum=latency, latency_ms_max=latency)
-        self._counts.setdefault(key, Usage()).add(usage)
-        metrics.usage(key, usage.bytes_in + usage.bytes_out, usage.messages_in + usage.messages_out, error)
+        sizes = sizes or {}
+        usage = self._counts.get(key)
+        if usage is None:
+            usage = self._counts[key] = Usage()
+        usage.add(sizes, error=error, latency_ms=(time.monotonic() - started) * 1000)
+        moved = sizes.get("bytes_in", 0) + sizes.get("bytes_out", 0)
+        metrics.usage(key, moved, sizes.get("messages_in", 0) + sizes.get("messages_out", 0), error)
 
     def take(self) -> dict[Key, Usage]:
         counts, self._counts = self._counts, {}

@@ -41,7 +41,7 @@ from talos._errors import (
 )
 from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
 from talos._producer import AsyncProducer, Producer, ProducerClosedError
-from talos._transport import AiohttpTransport, FunctionTransport, Response, Urllib3Transport
+from talos._transport import AiohttpTransport, AsyncFunctionTransport, FunctionTransport, Response, Urllib3Transport
 
 __version__ = "0.1.0"
 
@@ -54,6 +54,7 @@ __all__ = [
     "ApiError",
     "AsyncAdmin",
     "AsyncConsumer",
+    "AsyncFunctionTransport",
     "AsyncProducer",
     "BatchError",
     "BatchHeader",

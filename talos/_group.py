@@ -74,7 +74,6 @@ class Membership:
         self.broadcast = broadcast
         self.instance = instance
         self.member_id: str | None = None
-        self.generation = -1
         self.heartbeat_interval_s = max(session_s / 4, 0.05)
         self.retry_topic: str | None = None
         self.dead_letter_topic: str | None = None
@@ -133,7 +132,6 @@ class Membership:
         revoke = {(str(r["topic"]), int(r["partition"])) for r in answer.get("revoke", [])}
         with self._lock:
             self.member_id = str(answer["member_id"])
-            self.generation = int(answer.get("generation", self.generation))
             self.session_s = int(answer.get("session_timeout_ms", self.session_s * 1000)) / 1000
             self.heartbeat_interval_s = max(int(answer.get("heartbeat_interval_ms", 0)) / 1000, 0.05)
             self.retry_topic = answer.get("retry_topic")

@@ -16,6 +16,7 @@ from talos._errors import TransportError, api_error
 
 __all__ = [
     "AiohttpTransport",
+    "AsyncFunctionTransport",
     "AsyncTransport",
     "FunctionTransport",
     "Response",
@@ -190,4 +191,26 @@ class FunctionTransport:
         return self._handler(method, url, params or {}, body)
 
     def close(self) -> None:
+        pass
+
+
+class AsyncFunctionTransport:
+    """:class:`FunctionTransport` for the asyncio twins: the same handler, awaited as a request."""
+
+    def __init__(self, handler: Callable[[str, str, Mapping[str, str | int], bytes | None], Response]) -> None:
+        self._handler = handler
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        return self._handler(method, url, params or {}, body)
+
+    async def close(self) -> None:
         pass

@@ -75,3 +75,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("storage") == "hdfs":
             item.add_marker(pytest.mark.hdfs)
+
+
+_topic_names = itertools.count()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A fresh topic name per test (servers are shared by a module)."""
+    return f"t{next(_topic_names)}"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from fencing import PartitionLog
 from talos import decode_records, iter_batches
+from talos.devservices import StandaloneServer
 
 
 def decoded(data: bytes) -> list[tuple[int, bytes | None]]:
@@ -34,3 +37,13 @@ def least_moves(n: int, members: list[str], current: Mapping[tuple[str, int], st
     for lucky in itertools.combinations(members, extra):
         best_kept = max(best_kept, sum(min(held[m], base + (1 if m in lucky else 0)) for m in members))
     return n - best_kept
+
+
+@contextlib.contextmanager
+def running_standalone(data_dir: Path, env: dict[str, str] | None = None) -> Iterator[StandaloneServer]:
+    """A real ``talos standalone`` process, stopped by PID when the block ends (also on failure)."""
+    instance = StandaloneServer(data_dir, env=env)
+    try:
+        yield instance.start()
+    finally:
+        instance.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
-import orjson
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
@@ -15,7 +14,7 @@ from server.broker import Broker
 from server.errors import ApiError
 from server.fastpath import read_body
 from server.groups.coordinator import GroupCoordinator, validate_group_name
-from server.reply import Reply
+from server.reply import as_response, json_response
 
 __all__ = ["router"]
 
@@ -80,14 +79,6 @@ def _parse(model: type[M], raw: bytes) -> M:
         raise ApiError(400, "INVALID_REQUEST", f"{where}: {first.get('msg', 'invalid')}") from None
 
 
-def _json(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
-
-
-def _as_response(reply: Reply) -> Response:
-    return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type=reply.content_type)
-
-
 async def _at_coordinator(
     request: Request, group: str, handle: Callable[[GroupCoordinator, bytes], Awaitable[Response]]
 ) -> Response:
@@ -102,19 +93,19 @@ async def _at_coordinator(
     reply = await broker.forwarder.send(
         owner, request.method, request.url.path, query=request.query_params, headers=request.headers, body=raw or None
     )
-    return _as_response(reply)
+    return as_response(reply)
 
 
 @router.get("", summary="List groups")
 async def list_groups(request: Request) -> Response:
     coordinator: GroupCoordinator = request.app.state.coordinator
-    return _json({"groups": await coordinator.list()})
+    return json_response({"groups": await coordinator.list()})
 
 
 @router.get("/{group}", summary="Describe: members, assignment, committed offsets, high watermarks, lag")
 async def describe_group(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
-        return _json(await coordinator.describe(group))
+        return json_response(await coordinator.describe(group))
 
     return await _at_coordinator(request, group, handle)
 
@@ -133,7 +124,7 @@ async def join_group(group: str, request: Request) -> Response:
             instance=body.instance,
             owned=[(p.topic, p.partition) for p in body.owned],
         )
-        return _json(answer)
+        return json_response(answer)
 
     return await _at_coordinator(request, group, handle)
 
@@ -146,7 +137,9 @@ async def join_group(group: str, request: Request) -> Response:
 async def heartbeat(group: str, member_id: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
         body = _parse(HeartbeatRequest, raw)
-        return _json(await coordinator.heartbeat(group, member_id, [(p.topic, p.partition) for p in body.owned]))
+        return json_response(
+            await coordinator.heartbeat(group, member_id, [(p.topic, p.partition) for p in body.owned])
+        )
 
     return await _at_coordinator(request, group, handle)
 
@@ -167,7 +160,7 @@ async def commit(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
         body = _parse(CommitRequest, raw)
         items = [((o.topic, o.partition), o.offset, o.generation) for o in body.offsets]
-        return _json(await coordinator.commit(group, body.member_id, items))
+        return json_response(await coordinator.commit(group, body.member_id, items))
 
     return await _at_coordinator(request, group, handle)
 
@@ -175,7 +168,7 @@ async def commit(group: str, request: Request) -> Response:
 @router.get("/{group}/offsets", summary="Committed offsets")
 async def committed(group: str, request: Request, instance: str | None = None) -> Response:
     async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
-        return _json(await coordinator.offsets(group, instance))
+        return json_response(await coordinator.offsets(group, instance))
 
     return await _at_coordinator(request, group, handle)
 
@@ -195,6 +188,6 @@ async def reset_offsets(group: str, request: Request) -> Response:
         answer = await coordinator.reset(
             group, topic=body.topic, partition=body.partition, to=body.to, offset=body.offset, timestamp=body.timestamp
         )
-        return _json(answer)
+        return json_response(answer)
 
     return await _at_coordinator(request, group, handle)

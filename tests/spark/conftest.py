@@ -3,15 +3,13 @@ real standalone Talos server that meters every second."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from talos.devservices import StandaloneServer
-
-_names = itertools.count()
+from tests.helpers import running_standalone
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,13 +31,6 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
-    instance = StandaloneServer(tmp_path_factory.mktemp("standalone") / "data", env={"TALOS_METERING_INTERVAL_S": "1"})
-    try:
-        yield instance.start()
-    finally:
-        instance.stop()
-
-
-@pytest.fixture
-def topic_name() -> str:
-    return f"s{next(_names)}"
+    data_dir = tmp_path_factory.mktemp("standalone") / "data"
+    with running_standalone(data_dir, env={"TALOS_METERING_INTERVAL_S": "1"}) as running:
+        yield running

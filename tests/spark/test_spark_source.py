@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from talos import Admin, Consumer, Producer
+from talos import Admin, Consumer, Message, Producer
 from tests.spark.conftest import StandaloneServer
 
 
@@ -20,6 +20,17 @@ def produce(url: str, topic: str, count: int, partitions: int, start: int = 0) -
                 topic, f"v{i}".encode(), key=f"k{i}".encode(), partition=i % partitions, headers={"n": str(i)}
             )
         producer.flush()
+
+
+def read_back(url: str, topic: str, count: int) -> list[Message]:
+    """The topic's first ``count`` messages (failing if they do not all arrive)."""
+    with Consumer(url, topics=[topic], start="earliest") as consumer:
+        got: list[Message] = []
+        while len(got) < count:
+            batch = consumer.poll(5.0)
+            assert batch, f"only {len(got)} of {count} messages arrived"
+            got += batch
+    return got
 
 
 class BatchLog:
@@ -108,12 +119,7 @@ def test_the_writer_produces_rows_a_consumer_reads_back(spark: Any, server: Stan
     rows = [(f"key-{i}", f"value-{i}", i % 2) for i in range(40)]
     frame = spark.createDataFrame(rows, "key string, value string, partition int").repartition(3)
     frame.write.format("talos").option("url", server.url).option("topic", topic_name).mode("append").save()
-    with Consumer(server.url, topics=[topic_name], start="earliest") as consumer:
-        got = []
-        while len(got) < 40:
-            batch = consumer.poll(5.0)
-            assert batch, f"only {len(got)} of 40 rows arrived"
-            got += batch
+    got = read_back(server.url, topic_name, 40)
     assert sorted((m.key, m.value, m.partition) for m in got) == sorted((k.encode(), v.encode(), p) for k, v, p in rows)
 
 
@@ -141,10 +147,5 @@ def test_a_streaming_write_copies_a_topic_into_another(
     )
     query.awaitTermination(timeout=300)
     assert query.exception() is None
-    with Consumer(server.url, topics=[target], start="earliest") as consumer:
-        got = []
-        while len(got) < 30:
-            batch = consumer.poll(5.0)
-            assert batch, f"only {len(got)} of 30 copied"
-            got += batch
+    got = read_back(server.url, target, 30)
     assert sorted(m.value for m in got) == sorted(f"v{i}".encode() for i in range(30))

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import orjson
 
-from talos import FunctionTransport, Producer, RecordData, Response, decode_records
+from talos import AsyncFunctionTransport, FunctionTransport, Producer, RecordData, Response, decode_records
 from talos._accumulator import PendingBatch
 from talos._window import PartitionWindow
 
@@ -108,28 +108,6 @@ def test_window_confirms_by_checkpoint_and_resends_after_the_old_sessions_end() 
     assert window.session == 2 and window.empty
 
 
-class AsyncScripted:
-    """The scripted partition behind the asyncio transport interface."""
-
-    def __init__(self, partition: ScriptedPartition) -> None:
-        self.partition = partition
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        return self.partition(method, url, params or {}, body)
-
-    async def close(self) -> None:
-        pass
-
-
 def test_the_asyncio_twin_resends_what_a_reload_lost() -> None:
     import asyncio
 
@@ -139,7 +117,7 @@ def test_the_asyncio_twin_resends_what_a_reload_lost() -> None:
 
     async def scenario() -> list[int]:
         producer = AsyncProducer(
-            "http://scripted", acks="accepted", transport=AsyncScripted(partition), linger_ms=0, batch_bytes=40
+            "http://scripted", acks="accepted", transport=AsyncFunctionTransport(partition), linger_ms=0, batch_bytes=40
         )
         futures = []
         for i in range(40):

@@ -1,1 +1,13 @@
-"""Source and sink connectors (HDFS, Elasticsearch) and the PySpark data source; clients of the public SDK only."""
+"""Connectors, clients of the public SDK only: the source/sink runner (``talos connect run``) with HDFS and
+Elasticsearch sources and sinks, and the PySpark data source ``talos`` (``connectors.spark``).
+
+Layout: ``config`` (the YAML file, validated), ``runner`` and ``task`` (threads, restarts, status),
+``sink`` (group members that write then commit), ``source`` (exactly-once writes with checkpoints in
+``__connect_offsets``), ``checkpoints``, and one package per target system (``hdfs``, ``elasticsearch``).
+"""
+
+from __future__ import annotations
+
+from connectors.config import ConfigError, RunnerConfig, load_config, parse_config
+
+__all__ = ["ConfigError", "RunnerConfig", "load_config", "parse_config"]

@@ -11,6 +11,7 @@ import dataclasses
 import posixpath
 import re
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -36,12 +37,15 @@ __all__ = [
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
 INTERNAL_NAME = re.compile(r"^__[A-Za-z0-9][A-Za-z0-9._-]{0,246}$")
 MAX_PARTITIONS = 4096
+# Internal topics that clients keep their own state in, so they may create them through the public API
+# (the connector runner's checkpoints). The others are created by the servers on first use.
+CLIENT_INTERNAL_TOPICS = frozenset({"__connect_offsets"})
 _META = "_topic"
 
 
 def validate_topic_name(name: str, *, internal_ok: bool = False) -> str:
     """Topic names become directory names: letters, digits, '.', '_', '-'; no leading dot; '__' is internal."""
-    if internal_ok and INTERNAL_NAME.match(name):
+    if (internal_ok and INTERNAL_NAME.match(name)) or name in CLIENT_INTERNAL_TOPICS:
         return name
     if not TOPIC_NAME.match(name):
         raise ApiError(
@@ -119,8 +123,15 @@ class TopicStore:
         return sorted(int(e.name.split(".")[0]) for e in entries if e.name.endswith(".json"))
 
     def _write(self, config: TopicConfig) -> None:
+        # Written aside, then renamed into place (never overwriting): a racing creator's reader sees the
+        # whole file or none, never one created but not yet written.
         path = posixpath.join(self._root, config.name, _META, f"{config.version:010d}.json")
-        self._fs.write_file(path, orjson.dumps(config.to_json()))
+        aside = f"{path}.{uuid.uuid4().hex}.tmp"
+        self._fs.write_file(aside, orjson.dumps(config.to_json()))
+        try:
+            self._fs.rename(aside, path)
+        finally:
+            self._fs.delete(aside)
 
     def get(self, name: str) -> TopicConfig | None:
         versions = self._versions(name)

@@ -39,6 +39,7 @@ from talos._errors import (
     TruncatedBatchError,
     UnavailableError,
 )
+from talos._futures import RecordFuture
 from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
 from talos._producer import AsyncProducer, Producer, ProducerClosedError
 from talos._transport import AiohttpTransport, AsyncFunctionTransport, FunctionTransport, Response, Urllib3Transport
@@ -73,6 +74,7 @@ __all__ = [
     "QuotaExceededError",
     "Record",
     "RecordData",
+    "RecordFuture",
     "RecordMetadata",
     "Response",
     "TalosError",

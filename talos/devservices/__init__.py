@@ -19,6 +19,7 @@ from talos.devservices._cluster import (
 from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
 from talos.devservices._hdfs import HdfsCluster
 from talos.devservices._process import ManagedProcess, ServiceError, free_port, free_port_range, wait_until
+from talos.devservices._search import SearchServer
 from talos.devservices._standalone import StandaloneServer
 from talos.devservices._zookeeper import ZooKeeperServer
 
@@ -33,6 +34,7 @@ __all__ = [
     "HADOOP_VERSION",
     "HdfsCluster",
     "ManagedProcess",
+    "SearchServer",
     "ServiceError",
     "StandaloneServer",
     "ZooKeeperServer",

@@ -1,0 +1,149 @@
+"""The Elasticsearch sink: bulk indexing, idempotent by document id.
+
+Records are buffered until ``batch_size`` of them or ``flush_ms`` after the first, then sent with one
+``_bulk`` request of ``index`` actions whose ``_id`` is ``<topic>-<partition>-<offset>``: indexing a
+record again after a crash overwrites the same document. Documents the server answers with 429 or 5xx
+(and whole requests it refuses so, or cannot be reached for) are sent again with backoff; a document it
+refuses for good fails the task (``on_error: fail``) or is counted and skipped (``on_error: skip``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from connectors.config import ElasticsearchSinkSettings
+from connectors.elasticsearch.client import RETRIABLE_STATUSES, connect, retriable
+from connectors.elasticsearch.naming import document, document_id, index_name
+from connectors.sink import TopicPartition
+from connectors.task import Stopped, TaskStatus, backoff_s
+from talos import Message
+
+__all__ = ["DocumentRefusedError", "ElasticsearchSinkWriter"]
+
+log = logging.getLogger("talos.connect.elasticsearch")
+
+
+class DocumentRefusedError(Exception):
+    """The search server refused a document for a reason that a retry will not change (e.g. mapping)."""
+
+
+class ElasticsearchSinkWriter:
+    def __init__(
+        self, settings: ElasticsearchSinkSettings, *, template_name: str, status: TaskStatus, stop: threading.Event
+    ) -> None:
+        self.settings = settings
+        self.client = connect(settings)
+        self._status = status
+        self._stop = stop
+        self._buffer: list[Message] = []
+        self._opened = 0.0
+        self.records = 0
+        self.requests = 0
+        self.skipped = 0
+        if settings.template is not None:
+            self.client.indices.put_index_template(name=template_name, body=settings.template)
+
+    def open(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {}  # the committed offsets are right: a replay rewrites the same documents
+
+    def add(self, message: Message) -> bool:
+        if not self._buffer:
+            self._opened = time.monotonic()
+        self._buffer.append(message)
+        return len(self._buffer) >= self.settings.batch_size
+
+    def due(self, now: float) -> list[TopicPartition]:
+        full = len(self._buffer) >= self.settings.batch_size
+        if full or (self._buffer and now - self._opened >= self.settings.flush_ms / 1000):
+            return self.pending()
+        return []
+
+    def pending(self) -> list[TopicPartition]:
+        return list(dict.fromkeys((m.topic, m.partition) for m in self._buffer))
+
+    def flush(self, tps: list[TopicPartition], holds: Callable[[TopicPartition], bool]) -> dict[TopicPartition, int]:
+        chosen = set(tps)
+        held = {tp for tp in chosen if holds(tp)}
+        messages = [m for m in self._buffer if (m.topic, m.partition) in held]
+        self._buffer = [m for m in self._buffer if (m.topic, m.partition) not in chosen]
+        self._opened = time.monotonic()
+        for start in range(0, len(messages), self.settings.batch_size):
+            self._bulk(messages[start : start + self.settings.batch_size])
+        written: dict[TopicPartition, int] = {}
+        for message in messages:
+            written[(message.topic, message.partition)] = message.offset + 1
+        return written
+
+    def _body(self, messages: Sequence[Message]) -> bytes:
+        lines = []
+        for m in messages:
+            target = {
+                "_index": index_name(
+                    self.settings.index, topic=m.topic, partition=m.partition, timestamp_ms=m.timestamp
+                ),
+                "_id": document_id(m.topic, m.partition, m.offset),
+            }
+            lines.append(orjson.dumps({"index": target}))
+            lines.append(orjson.dumps(document(m, self.settings.metadata_field)))
+        return b"\n".join(lines) + b"\n"
+
+    def _bulk(self, messages: Sequence[Message]) -> None:
+        todo = list(messages)
+        attempt = 0
+        while todo:
+            try:
+                self.requests += 1
+                answer: dict[str, Any] = self.client.bulk(body=self._body(todo))
+            except Exception as exc:
+                if not retriable(exc):
+                    raise
+                self._wait(attempt, f"bulk request failed ({exc})")
+                attempt += 1
+                continue
+            todo = self._outcome(todo, answer) if answer.get("errors") else []
+            if todo:
+                self._wait(attempt, f"{len(todo)} document(s) refused for now (429/5xx)")
+                attempt += 1
+        self.records += len(messages)
+
+    def _outcome(self, sent: list[Message], answer: dict[str, Any]) -> list[Message]:
+        """The documents to send again; raises for one refused for good (unless ``on_error: skip``)."""
+        again = []
+        for message, item in zip(sent, answer["items"], strict=True):
+            result = next(iter(item.values()))
+            status = int(result.get("status", 500))
+            if status < 300:
+                continue
+            if status in RETRIABLE_STATUSES:
+                again.append(message)
+                continue
+            reason = f"{result.get('_index')}/{result.get('_id')}: {status} {result.get('error')}"
+            if self.settings.on_error == "fail":
+                raise DocumentRefusedError(reason)
+            log.warning("skipping a document the search server refused: %s", reason)
+            self.skipped += 1
+        return again
+
+    def _wait(self, attempt: int, why: str) -> None:
+        delay = min(backoff_s(attempt) / 4, 10.0)
+        self._status.state, self._status.error = "retrying", f"{self.settings.hosts[0]}: {why}"
+        log.warning("%s: %s; retrying in %.2f s", self._status.name, self._status.error, delay)
+        if self._stop.wait(delay):
+            raise Stopped
+
+    def drop(self, tps: list[TopicPartition]) -> None:
+        gone = set(tps)
+        self._buffer = [m for m in self._buffer if (m.topic, m.partition) not in gone]
+
+    def describe(self) -> dict[str, object]:
+        return {"bulk_requests": self.requests, "refused": self.skipped}
+
+    def close(self) -> None:
+        self._buffer.clear()
+        self.client.close()

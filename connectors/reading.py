@@ -1,0 +1,34 @@
+"""Reading a fixed offset range of one partition: the runner's checkpoints, and a source's recovery scan."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from talos import Admin, Consumer, Message
+
+__all__ = ["read_range", "read_to_end"]
+
+
+def read_range(
+    url: str, topic: str, partition: int, start: int, end: int, *, timeout_s: float = 120.0
+) -> Iterator[Message]:
+    """The messages at offsets ``[start, end)`` (from the earliest kept, if retention removed ``start``)."""
+    if start >= end:
+        return
+    deadline = time.monotonic() + timeout_s
+    with Consumer(url, partitions=[(topic, partition)], wait_ms=200) as consumer:
+        consumer.seek(topic, partition, start)
+        while consumer.position(topic, partition) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}/{partition} [{start}, {end}) took over {timeout_s:.0f}s")
+            for message in consumer.poll(timeout=1.0):
+                if message.offset < end:
+                    yield message
+
+
+def read_to_end(url: str, topic: str, partition: int, start: int | None = None) -> Iterator[Message]:
+    """Everything from ``start`` (default: the earliest offset) to the high watermark of now."""
+    with Admin(url) as admin:
+        bounds = admin.offsets(topic, partition)
+    yield from read_range(url, topic, partition, bounds["earliest"] if start is None else start, bounds["latest"])

@@ -1,0 +1,60 @@
+"""``talos connect status``: what Talos itself holds about each connector, with or without a runner.
+
+A sink's progress is its consumer group (``connect-<name>``): members, and per partition the committed
+offset and the lag. A source's is its checkpoints in ``__connect_offsets``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectors.checkpoints import CheckpointStore
+from connectors.config import ConnectorConfig
+from connectors.sink import group_name
+from talos import Admin, NotFoundError
+
+__all__ = ["connector_status"]
+
+
+def connector_status(url: str, connector: ConnectorConfig) -> dict[str, Any]:
+    """``{"name", "type", "summary", "lines", "detail"}`` for one connector."""
+    entry: dict[str, Any] = {"name": connector.name, "type": connector.type}
+    if connector.is_sink:
+        return {**entry, **_sink(url, connector)}
+    return {**entry, **_source(url, connector)}
+
+
+def _sink(url: str, connector: ConnectorConfig) -> dict[str, Any]:
+    group = group_name(connector.name)
+    try:
+        with Admin(url) as admin:
+            described = admin.describe_group(group)
+    except NotFoundError:
+        return {"summary": f"not started yet (no group {group})", "lines": [], "detail": None}
+    rows = described["partitions"]
+    lag = sum(row["lag"] or 0 for row in rows)
+    members = len(described["members"])
+    lines = [
+        f"{row['topic']}/{row['partition']}: committed {row['committed']}, high watermark {row['high_watermark']}, "
+        f"lag {row['lag']}"
+        for row in rows
+    ]
+    return {"summary": f"{members} task(s) running, lag {lag} (group {group})", "lines": lines, "detail": described}
+
+
+def _source(url: str, connector: ConnectorConfig) -> dict[str, Any]:
+    try:
+        checkpoints = CheckpointStore(url).load(connector.name)
+    except NotFoundError:  # no __connect_offsets yet
+        checkpoints = {}
+    if not checkpoints:
+        return {"summary": "not started yet (no checkpoints)", "lines": [], "detail": None}
+    lines = []
+    for task, document in sorted(checkpoints.items()):
+        state = document.get("state", {})
+        if "files" in state:
+            files = state["files"]
+            lines.append(f"task {task}: {len(files)} file(s), {sum(files.values())} bytes read")
+        else:
+            lines.append(f"task {task}: after {state.get('after')}")
+    return {"summary": f"checkpoints of {len(checkpoints)} task(s)", "lines": lines, "detail": checkpoints}

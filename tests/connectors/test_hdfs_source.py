@@ -1,0 +1,126 @@
+"""The HDFS source against a real HDFS (WebHDFS) and a real Talos server: files appear and grow while the
+runner is killed -9 at random points; in the end every line is in the topic exactly once."""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+from hdfs import InsecureClient
+
+from connectors.source import CONNECTOR_HEADER, SOURCE_HEADER
+from talos import Admin, Consumer, Message
+from talos.devservices import HdfsCluster, wait_until
+from tests.connectors.conftest import Feeder, crash_loop
+
+pytestmark = [pytest.mark.hdfs]
+
+
+def topic_count(url: str, topic: str) -> int:
+    with Admin(url) as admin:
+        return sum(p.latest or 0 for p in admin.describe_topic(topic).partition_offsets)
+
+
+def read_topic(url: str, topic: str) -> list[Message]:
+    total = topic_count(url, topic)
+    out: list[Message] = []
+    with Consumer(url, topics=[topic]) as consumer:
+        while len(out) < total:
+            out += consumer.poll(timeout=1.0)
+    return out
+
+
+def source_config(name: str, hdfs: HdfsCluster, tasks: int = 2, **settings: Any) -> dict[str, Any]:
+    config = {"namenode": hdfs.webhdfs_url, "path": f"/in/{name}", **settings}
+    return {
+        "status_interval_s": 1,
+        "connectors": [{"name": name, "type": "hdfs-source", "topic": name, "tasks": tasks, "config": config}],
+    }
+
+
+class Files:
+    """Lines written to HDFS files, remembered so the test knows exactly what the topic must hold."""
+
+    def __init__(self, client: InsecureClient, directory: str) -> None:
+        self.client = client
+        self.directory = directory
+        self.lines: list[str] = []
+        self.client.makedirs(directory)
+
+    def write(self, file: str, count: int, *, append: bool) -> None:
+        start = len(self.lines)
+        lines = [orjson.dumps({"id": f"{file}#{start + i}", "file": file}).decode() for i in range(count)]
+        self.lines += lines
+        data = "".join(line + "\n" for line in lines)
+        self.client.write(posixpath.join(self.directory, file), data=data, append=append, overwrite=not append)
+
+
+def check_exactly_once(messages: list[Message], lines: list[str], name: str) -> None:
+    ids = Counter(orjson.loads(m.value or b"")["id"] for m in messages)
+    duplicated = [i for i, n in ids.items() if n > 1]
+    missing = {orjson.loads(line)["id"] for line in lines} - set(ids)
+    assert not duplicated, f"lines written twice: {duplicated[:10]}"
+    assert not missing, f"lines missing: {sorted(missing)[:10]}"
+    assert len(messages) == len(lines)
+    for message in messages:
+        assert message.header(CONNECTOR_HEADER) == name.encode()
+        source = (message.header(SOURCE_HEADER) or b"").decode()
+        assert source.startswith(f"/in/{name}/{orjson.loads(message.value or b'')['file']}:")
+        assert message.key == orjson.loads(message.value or b"")["id"].encode()  # key_field
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_writes_every_line_exactly_once(
+    talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=2)
+    files = Files(InsecureClient(hdfs.webhdfs_url), f"/in/{name}")
+    for n in range(6):
+        files.write(f"app-{n}.jsonl", 15000, append=False)  # enough that every kill lands mid-way
+    runner = connect_runner(talos_url, source_config(name, hdfs, key_field="id", batch_size=200, poll_ms=100))
+    steps = itertools.count()
+
+    def feed() -> None:  # grow the files, and now and then start a new one
+        step = next(steps)
+        if step % 10 == 9:
+            files.write(f"new-{step}.jsonl", 20, append=False)
+        else:
+            files.write(f"app-{step % 6}.jsonl", 10, append=True)
+
+    with Feeder(feed, interval_s=0.1):
+        at_kill = crash_loop(runner, kills=6, progress=lambda: topic_count(talos_url, name), seed=10, max_extra_s=0.3)
+    assert all(0 < n < len(files.lines) for n in at_kill), f"every kill must land mid-run: {at_kill}"
+
+    runner.start()
+    wait_until(lambda: topic_count(talos_url, name) >= len(files.lines), timeout=120, what="every line")
+    assert runner.terminate() == 0
+    check_exactly_once(read_topic(talos_url, name), files.lines, name)
+
+
+def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
+    talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=2)
+    client = InsecureClient(hdfs.webhdfs_url)
+    files = Files(client, f"/in/{name}")
+    files.write("a.jsonl", 5, append=False)
+    path = posixpath.join(f"/in/{name}", "a.jsonl")
+    client.write(path, data='{"id": "a.jsonl#5", "fi', append=True)  # a line still being written
+    client.write(posixpath.join(f"/in/{name}", "_skipped.jsonl"), data='{"id": "hidden"}\n')
+    client.write(posixpath.join(f"/in/{name}", "b.jsonl._COPYING_"), data='{"id": "copying"}\n')
+    runner = connect_runner(talos_url, source_config(name, hdfs, tasks=1, key_field="id", poll_ms=50)).start()
+    wait_until(lambda: topic_count(talos_url, name) >= 5, timeout=30, what="5 lines")
+    assert runner.terminate() == 0
+    assert topic_count(talos_url, name) == 5  # not the incomplete line, nor hidden or half-copied files
+
+    client.write(path, data='le": "a.jsonl"}\n', append=True)
+    files.lines.append('{"id": "a.jsonl#5", "file": "a.jsonl"}')
+    files.write("a.jsonl", 3, append=True)
+    runner.start()
+    wait_until(lambda: topic_count(talos_url, name) >= 9, timeout=30, what="the rest")
+    assert runner.terminate() == 0
+    check_exactly_once(read_topic(talos_url, name), files.lines, name)

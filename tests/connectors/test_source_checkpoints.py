@@ -1,0 +1,66 @@
+"""Exactly-once writes of a source against a real Talos server, step by step: a crash after records were
+written and before the checkpoint that covers them."""
+
+from __future__ import annotations
+
+from connectors.checkpoints import CheckpointStore
+from connectors.source import SourceWriter
+from connectors.task import TaskStatus
+from talos import Admin
+from tests.connectors.test_hdfs_source import read_topic
+
+
+def writer(url: str, topic: str, connector: str, task: int, status: TaskStatus) -> SourceWriter:
+    return SourceWriter(
+        url=url, topic=topic, connector=connector, task=task, checkpoints=CheckpointStore(url), status=status
+    )
+
+
+def test_records_written_after_the_checkpoint_are_found_and_not_written_again(talos_url: str, name: str) -> None:
+    Admin(talos_url).create_topic(name, partitions=3)
+    first = TaskStatus(name, 0)
+    crashed = writer(talos_url, name, name, 0, first)
+    assert crashed.recover() == {"0": {}}
+    crashed.send("f:0", b"a")
+    crashed.send("f:2", b"b")
+    crashed.commit({"position": 4})
+    crashed.send("f:4", b"c")
+    crashed.send("f:6", b"d")
+    crashed._producer.flush()  # written and acknowledged ... then the process dies: no checkpoint
+    crashed._producer.close()
+
+    status = TaskStatus(name, 0)
+    restarted = writer(talos_url, name, name, 0, status)
+    assert restarted.recover() == {"0": {"position": 4}}
+    assert [restarted.send(source, value) for source, value in [("f:4", b"c"), ("f:6", b"d"), ("f:8", b"e")]] == [
+        False,
+        False,
+        True,
+    ]
+    restarted.commit({"position": 10})
+    restarted.close()
+    assert status.skipped == 2
+    assert status.records == 1
+    assert sorted(m.value for m in read_topic(talos_url, name)) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_a_task_sees_every_task_s_checkpoint_and_another_connector_s_records_are_not_its_own(
+    talos_url: str, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=1)
+    other = writer(talos_url, name, f"{name}-other", 0, TaskStatus("other", 0))
+    other.recover()
+    other.send("f:0", b"other's")
+    other.commit({})
+    other.close()
+    task1 = writer(talos_url, name, name, 1, TaskStatus(name, 1))
+    task1.recover()
+    task1.commit({"files": {"/x": 7}})
+    task1.close()
+
+    task0 = writer(talos_url, name, name, 0, TaskStatus(name, 0))
+    assert task0.recover() == {"0": {}, "1": {"files": {"/x": 7}}}
+    assert task0.send("f:0", b"mine")  # the same position, but another connector wrote it
+    task0.commit({})
+    task0.close()
+    assert sorted(m.value for m in read_topic(talos_url, name)) == [b"mine", b"other's"]

@@ -10,6 +10,7 @@ positions are files and search cursors, keep them here.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import orjson
@@ -30,6 +31,7 @@ class CheckpointStore:
         self.url = url
         self._timeout_s = timeout_s
         self._producer: Producer | None = None
+        self._lock = threading.Lock()
 
     def ensure_topic(self) -> None:
         """Create ``__connect_offsets`` if it does not exist (kept forever: no retention)."""
@@ -60,9 +62,11 @@ class CheckpointStore:
 
     def save(self, connector: str, task: str, document: dict[str, Any]) -> None:
         """Write the checkpoint; returns once it is durable (raises if it cannot be written)."""
-        if self._producer is None:
-            self._producer = Producer(self.url, idempotent=True, linger_ms=0)
-        future = self._producer.send(
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self.url, idempotent=True, linger_ms=0)
+            producer = self._producer
+        future = producer.send(
             CHECKPOINT_TOPIC,
             value=orjson.dumps(document),
             key=f"{connector}/{task}",
@@ -71,6 +75,7 @@ class CheckpointStore:
         future.result(timeout=self._timeout_s)
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close()
-            self._producer = None
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()

@@ -250,9 +250,11 @@ def parse_config(data: object, *, source: str = "configuration") -> RunnerConfig
 def load_config(path: str | Path) -> RunnerConfig:
     """Read and validate a YAML configuration file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -76,7 +76,10 @@ class Runner:
         return {"url": self.url, "connectors": connectors}
 
     def run(self) -> int:
-        """Until every task finished or :attr:`stop` is set; 0 when all stopped cleanly."""
+        """Until every task finished or :attr:`stop` is set; 0 when all stopped cleanly. Raises OSError
+        before starting anything if the status port cannot be had."""
+        if self.status_port is not None:
+            self._serve_status(self.status_port)
         threads = []
         for connector, status in self.tasks:
             make: Callable[[], Task] = functools.partial(
@@ -85,8 +88,6 @@ class Runner:
             thread = threading.Thread(target=supervise, args=(make, status, self.stop), name=status.name, daemon=True)
             thread.start()
             threads.append(thread)
-        if self.status_port is not None:
-            self._serve_status(self.status_port)
         counts = {status.name: status.records for _, status in self.tasks}
         last = time.monotonic()
         self._print(
@@ -102,8 +103,9 @@ class Runner:
             last = now
         self.stop.set()
         self._print("talos connect: stopping (sinks write and commit what they hold)")
+        deadline = time.monotonic() + 120
         for thread in threads:
-            thread.join(timeout=120)
+            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
         if self._server is not None:
             self._server.shutdown()
         self.checkpoints.close()
@@ -146,7 +148,7 @@ def _status_line(status: TaskStatus, rate: float | None) -> str:
         parts.append(f"skipped={status.skipped}")
     if status.restarts:
         parts.append(f"restarts={status.restarts}")
-    parts += [f"{key}={value}" for key, value in status.detail.items()]
+    parts += [f"{key}={value}" for key, value in status.detail.copy().items()]
     if status.error:
         parts.append(f"error={status.error}")
     return "  ".join(parts)

@@ -54,8 +54,9 @@ class SinkWriter(Protocol):
         ...
 
     def flush(self, tps: list[TopicPartition], holds: Callable[[TopicPartition], bool]) -> dict[TopicPartition, int]:
-        """Write the buffers of ``tps`` (only those the task still ``holds``); the next offset of each
-        written partition, to commit. Raises if the target cannot be written (nothing is committed)."""
+        """Write the buffers of ``tps`` that the task still ``holds`` (the others stay buffered: a lock that
+        only looks expired until a late heartbeat answer renews it must not lose them); the next offset of
+        each written partition, to commit. Raises if the target cannot be written (nothing is committed)."""
         ...
 
     def drop(self, tps: list[TopicPartition]) -> None:

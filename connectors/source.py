@@ -1,24 +1,31 @@
 """Writing a source task's records into its topic exactly once, across crashes.
 
 Every record carries two headers: ``talos-connector`` (the connector's name) and ``talos-source`` (where
-it came from: ``<file>:<byte offset>``, ``<index>/<id>``). A task checkpoints its source positions in
-``__connect_offsets`` only after the producer has every record before them acknowledged, together with
-``scan_from``: per partition, the offset after the last record it had written then. A crash after a
-write and before the next checkpoint re-reads those source records, but first the task reads its topic
-from ``scan_from`` to the end and collects the ``talos-source`` ids it finds: the proof that they were
-written. Those are skipped (counted as ``skipped``), so each one is in the topic once. Within a run,
-the idempotent producer makes resends after timeouts or failover harmless as well.
+it came from: ``<file>#<file id>:<byte offset>``, ``<index>/<id>``). A task checkpoints its source
+positions in ``__connect_offsets`` only after the producer has every record before them acknowledged,
+together with ``scan_from``: per partition, an offset before which none of its records can lack a
+checkpoint. A crash after a write and before the next checkpoint re-reads those source records, but
+first the task reads its topic from ``scan_from`` to the end and collects the ``talos-source`` ids it
+finds: the proof that they were written. Those are skipped (counted as ``skipped``), so each one is in
+the topic once. Within a run, the idempotent producer makes resends after timeouts or failover harmless.
+
+``scan_from`` moves forward at each checkpoint (past what was acknowledged, and past every partition's
+high watermark now and then: nothing is in flight at a checkpoint), but never past a record the last
+recovery found and the task has not met again yet, so a second crash before that still finds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from connectors.checkpoints import CheckpointStore
 from connectors.reading import read_range
 from connectors.task import TaskStatus
-from talos import Admin, Producer, RecordFuture
+from talos import Admin, Message, Producer, RecordFuture
 
 __all__ = ["CONNECTOR_HEADER", "SOURCE_HEADER", "SourceWriter"]
 
@@ -26,6 +33,7 @@ log = logging.getLogger("talos.connect")
 
 CONNECTOR_HEADER = "talos-connector"
 SOURCE_HEADER = "talos-source"
+CHECKPOINT_IDLE_S = 60.0  # an idle task checkpoints this often (and moves scan_from to the high watermarks)
 
 
 class SourceWriter:
@@ -42,10 +50,15 @@ class SourceWriter:
         self._pending: list[RecordFuture] = []
         self._scan_from: dict[int, int] = {}
         self._seen: set[str] = set()
+        self._found: dict[str, Message] = {}  # what the recovery scan found, headers only
+        self._unmet: dict[str, tuple[int, int]] = {}  # found by the recovery scan, not met again: (partition, offset)
+        self._last_commit = time.monotonic()
+        self._last_watermarks = 0.0
 
     def recover(self) -> dict[str, dict[str, Any]]:
         """Load the connector's checkpoints (every task's: a task may take over another's files) and
-        collect what was written after them. Returns each task's checkpointed source state."""
+        collect what was written after them. Returns each task's checkpointed state; then call
+        :meth:`expect`."""
         self._checkpoints.ensure_topic()
         documents = self._checkpoints.load(self.connector)
         if self.task not in documents:
@@ -58,14 +71,24 @@ class SourceWriter:
             for partition, offset in document.get("scan_from", {}).items():
                 starts[int(partition)] = min(int(offset), starts.get(int(partition), int(offset)))
         self._collect_written(starts)
+        return {task: dict(document.get("state", {})) for task, document in documents.items()}
+
+    def expect(self, mine: Callable[[Message], bool]) -> None:
+        """Which of the records found after the checkpoints this task will read again from its source (they
+        are past its checkpointed positions): until it has, ``scan_from`` stays before them."""
+        self._unmet = {
+            source: (message.partition, message.offset) for source, message in self._found.items() if mine(message)
+        }
+        self._found.clear()
         if self._seen:
             log.info(
-                "%s: %d record(s) written after the last checkpoint were found in %s; they are not written again",
+                "%s: %d record(s) of %s found in %s after the checkpoints; %d of them are this task's to skip",
                 self.status.name,
                 len(self._seen),
+                self.connector,
                 self.topic,
+                len(self._unmet),
             )
-        return {task: dict(document.get("state", {})) for task, document in documents.items()}
 
     def _high_watermarks(self) -> dict[str, int]:
         with Admin(self.url) as admin:
@@ -74,14 +97,14 @@ class SourceWriter:
 
     def _collect_written(self, starts: dict[int, int]) -> None:
         connector = self.connector.encode()
-        ends = self._high_watermarks()
-        for partition, end in ends.items():
+        for partition, end in self._high_watermarks().items():
             start = starts.get(int(partition), 0)
             for message in read_range(self.url, self.topic, int(partition), start, end):
-                if message.header(CONNECTOR_HEADER) == connector:
-                    source = message.header(SOURCE_HEADER)
-                    if source is not None:
-                        self._seen.add(source.decode())
+                source = message.header(SOURCE_HEADER)
+                if message.header(CONNECTOR_HEADER) != connector or source is None:
+                    continue
+                self._seen.add(source.decode())
+                self._found[source.decode()] = dataclasses.replace(message, key=None, value=None)
 
     def send(
         self,
@@ -94,6 +117,7 @@ class SourceWriter:
     ) -> bool:
         """Queue one record from position ``source``; False if it is in the topic already."""
         if source in self._seen:
+            self._unmet.pop(source, None)
             self.status.skipped += 1
             return False
         future = self._producer.send(
@@ -110,13 +134,31 @@ class SourceWriter:
         """Wait until every queued record is acknowledged, then checkpoint ``state`` (the positions after
         them). Raises if a record could not be written: the task restarts from the last checkpoint."""
         self._producer.flush()
+        reached = dict(self._scan_from)
         for future in self._pending:
             stored = future.result(timeout=0)
-            self._scan_from[stored.partition] = max(self._scan_from.get(stored.partition, 0), stored.offset + 1)
+            reached[stored.partition] = max(reached.get(stored.partition, 0), stored.offset + 1)
+        if time.monotonic() - self._last_watermarks >= CHECKPOINT_IDLE_S:
+            # Nothing of ours is in flight: nothing of ours can appear below the high watermarks any more.
+            for name, latest in self._high_watermarks().items():
+                reached[int(name)] = max(reached.get(int(name), 0), latest)
+            self._last_watermarks = time.monotonic()
+        for partition, offset in reached.items():
+            unmet = [o for p, o in self._unmet.values() if p == partition]
+            limit = min(unmet) if unmet else offset
+            self._scan_from[partition] = max(self._scan_from.get(partition, 0), min(offset, limit))
         self.status.records += len(self._pending)
         self._pending.clear()
         document = {"state": state, "scan_from": {str(p): o for p, o in sorted(self._scan_from.items())}}
         self._checkpoints.save(self.connector, self.task, document)
+        self._last_commit = time.monotonic()
+        self.status.state, self.status.error = "running", None
+
+    def idle(self, state: dict[str, Any]) -> None:
+        """Called when the source has nothing new: checkpoint now and then anyway, so ``scan_from`` keeps
+        up with the topic (a restart then reads little of it)."""
+        if time.monotonic() - self._last_commit >= CHECKPOINT_IDLE_S:
+            self.commit(state)
 
     def close(self) -> None:
         self._producer.close()

@@ -49,7 +49,7 @@ class TaskStatus:
             "skipped": self.skipped,
             "restarts": self.restarts,
             "error": self.error,
-            **self.detail,
+            **self.detail.copy(),  # copied at once: the task's thread may add keys meanwhile
         }
 
 

@@ -130,8 +130,9 @@ class TopicStore:
         self._fs.write_file(aside, orjson.dumps(config.to_json()))
         try:
             self._fs.rename(aside, path)
-        finally:
+        except FileExistsError:
             self._fs.delete(aside)
+            raise
 
     def get(self, name: str) -> TopicConfig | None:
         versions = self._versions(name)

@@ -213,10 +213,19 @@ class _State:
             self.committed.pop(tp, None)
             self.paused.pop(tp, None)
 
+    def rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` again from ``offset``: messages from there on were not handed out. (If the partition
+        is lost or revoked its position goes anyway; if the lock was only late to be renewed, nothing is
+        skipped.)"""
+        if self.positions.next.get(tp, -1) > offset:
+            self.positions.next[tp] = offset
+
     def received(self, tp: TopicPartition, messages: list[Message]) -> None:
         """Buffer fetched messages; a retried message waits (and its partition pauses) until it is due."""
         if self.membership is not None and not self.membership.holds(tp, time.monotonic()):
-            return  # revoked or expired while the fetch was in flight
+            if messages:
+                self.rewind(tp, messages[0].offset)  # revoked or expired while the fetch was in flight
+            return
         if tp[0].startswith(RETRY_PREFIX):
             messages, resume, wait_s = hold_back(messages, int(time.time() * 1000))
             if resume is not None:
@@ -228,7 +237,14 @@ class _State:
         """The next buffered messages of partitions still held; ``mark``: count them as consumed now."""
         if self.membership is not None:
             now = time.monotonic()
-            self.buffer = [m for m in self.buffer if self.membership.holds((m.topic, m.partition), now)]
+            kept = []
+            for message in self.buffer:
+                tp = (message.topic, message.partition)
+                if self.membership.holds(tp, now):
+                    kept.append(message)
+                else:
+                    self.rewind(tp, message.offset)
+            self.buffer = kept
         out, self.buffer = self.buffer[:max_messages], self.buffer[max_messages:]
         if mark:
             for message in out:
@@ -243,7 +259,7 @@ class _State:
             self.consumed[tp] = message.offset + 1
             return True
         if self.positions.next.get(tp, -1) > message.offset:
-            self.seek(tp, message.offset)
+            self.seek(tp, message.offset)  # also drops the partition's buffered messages after it
         return False
 
     def uncommitted(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:

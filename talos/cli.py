@@ -678,7 +678,10 @@ def connect_run(config_file: str, url: str | None, status_port: int | None, log_
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    sys.exit(runner.run())
+    try:
+        sys.exit(runner.run())
+    except OSError as exc:  # the status port
+        raise click.ClickException(f"cannot serve the status on port {status_port}: {exc.strerror or exc}") from None
 
 
 @connect.command("validate")
@@ -706,7 +709,7 @@ def connect_status(config_file: str, url: str | None, as_json: bool) -> None:
     target = _connect_url(url, config)
     try:
         report = [connector_status(target, connector) for connector in config.connectors]
-    except TalosError as exc:
+    except (TalosError, TimeoutError) as exc:
         _fail(exc)
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -863,6 +866,12 @@ def dev_hadoop() -> None:
 @click.option("--hdfs/--no-hdfs", default=True, show_default=True, help="Start HDFS (NameNode + DataNode).")
 @click.option("--zookeeper/--no-zookeeper", default=True, show_default=True, help="Start ZooKeeper.")
 @click.option(
+    "--search/--no-search",
+    default=False,
+    show_default=True,
+    help="Start a search server with the Elasticsearch/OpenSearch REST API (osmem-server, from the dev extra).",
+)
+@click.option(
     "--dir",
     "base_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -872,19 +881,24 @@ def dev_hadoop() -> None:
 @click.option("--hdfs-port", type=int, default=None, help="NameNode RPC port (default: a free one).")
 @click.option("--zookeeper-port", type=int, default=None, help="ZooKeeper client port (default: a free one).")
 def dev_services(
-    hdfs: bool, zookeeper: bool, base_dir: Path | None, hdfs_port: int | None, zookeeper_port: int | None
+    hdfs: bool,
+    zookeeper: bool,
+    search: bool,
+    base_dir: Path | None,
+    hdfs_port: int | None,
+    zookeeper_port: int | None,
 ) -> None:
-    """Run a real HDFS and ZooKeeper on loopback ports until Ctrl-C.
+    """Run a real HDFS and ZooKeeper (and with --search a search server) on loopback ports until Ctrl-C.
 
     Prints their addresses once they are ready; stops them (by PID) on Ctrl-C or SIGTERM.
     """
-    from talos.devservices import HdfsCluster, ServiceError, ZooKeeperServer
+    from talos.devservices import HdfsCluster, SearchServer, ServiceError, ZooKeeperServer
 
     base = base_dir or Path(tempfile.mkdtemp(prefix="talos-dev-"))
     base.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    started: list[HdfsCluster | ZooKeeperServer] = []
+    started: list[HdfsCluster | ZooKeeperServer | SearchServer] = []
     try:
         if zookeeper:
             zk = ZooKeeperServer(base / "zookeeper", port=zookeeper_port)
@@ -899,6 +913,11 @@ def dev_services(
             started.append(cluster)
             pids = " ".join(f"{p.name}_pid={p.pid}" for p in (cluster.namenode, cluster.datanode) if p is not None)
             click.echo(f"hdfs {cluster.url} webhdfs={cluster.webhdfs_url} {pids}")
+        if search:
+            server = SearchServer(base)
+            click.echo("starting the search server ...", err=True)
+            started.append(server.start())
+            click.echo(f"search {server.url} pid={server.process.pid if server.process else '?'}")
         click.echo(f"data and logs in {base}; Ctrl-C stops", err=True)
         while not stop.wait(0.5):
             pass

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -27,6 +28,14 @@ from talos import Message
 __all__ = ["DocumentRefusedError", "ElasticsearchSinkWriter"]
 
 log = logging.getLogger("talos.connect.elasticsearch")
+
+
+MAX_BULK_BYTES = 16 * 1024 * 1024  # under the search servers' default request limit (100 MB), with room
+
+
+@dataclass(frozen=True, slots=True)
+class _Action:
+    lines: bytes  # the action and the document, two lines of NDJSON
 
 
 class DocumentRefusedError(Exception):
@@ -68,38 +77,49 @@ class ElasticsearchSinkWriter:
         return list(dict.fromkeys((m.topic, m.partition) for m in self._buffer))
 
     def flush(self, tps: list[TopicPartition], holds: Callable[[TopicPartition], bool]) -> dict[TopicPartition, int]:
-        chosen = set(tps)
-        held = {tp for tp in chosen if holds(tp)}
+        held = {tp for tp in tps if holds(tp)}  # the others stay buffered until renewed, lost or revoked
         messages = [m for m in self._buffer if (m.topic, m.partition) in held]
-        self._buffer = [m for m in self._buffer if (m.topic, m.partition) not in chosen]
+        self._buffer = [m for m in self._buffer if (m.topic, m.partition) not in held]
         self._opened = time.monotonic()
-        for start in range(0, len(messages), self.settings.batch_size):
-            self._bulk(messages[start : start + self.settings.batch_size])
+        skipped_before = self.skipped
+        chunk: list[_Action] = []
+        size = 0
+        for message in messages:
+            action = self._action(message)
+            if action is None:
+                continue
+            if chunk and (len(chunk) >= self.settings.batch_size or size + len(action.lines) > MAX_BULK_BYTES):
+                self._bulk(chunk)
+                chunk, size = [], 0
+            chunk.append(action)
+            size += len(action.lines)
+        if chunk:
+            self._bulk(chunk)
+        self.records += len(messages) - (self.skipped - skipped_before)
         written: dict[TopicPartition, int] = {}
         for message in messages:
             written[(message.topic, message.partition)] = message.offset + 1
         return written
 
-    def _body(self, messages: Sequence[Message]) -> bytes:
-        lines = []
-        for m in messages:
-            target = {
-                "_index": index_name(
-                    self.settings.index, topic=m.topic, partition=m.partition, timestamp_ms=m.timestamp
-                ),
-                "_id": document_id(m.topic, m.partition, m.offset),
-            }
-            lines.append(orjson.dumps({"index": target}))
-            lines.append(orjson.dumps(document(m, self.settings.metadata_field)))
-        return b"\n".join(lines) + b"\n"
+    def _action(self, m: Message) -> _Action | None:
+        """The bulk lines of one record (None: it cannot be indexed and ``on_error`` is ``skip``)."""
+        try:
+            index = index_name(self.settings.index, topic=m.topic, partition=m.partition, timestamp_ms=m.timestamp)
+        except (ValueError, OverflowError, OSError) as exc:  # a timestamp no date can be made of
+            self._refused(f"{m.topic}/{m.partition}/{m.offset}: no index for timestamp {m.timestamp} ({exc})")
+            return None
+        target = {"_index": index, "_id": document_id(m.topic, m.partition, m.offset)}
+        return _Action(
+            orjson.dumps({"index": target}) + b"\n" + orjson.dumps(document(m, self.settings.metadata_field))
+        )
 
-    def _bulk(self, messages: Sequence[Message]) -> None:
-        todo = list(messages)
+    def _bulk(self, actions: list[_Action]) -> None:
+        todo = actions
         attempt = 0
         while todo:
             try:
                 self.requests += 1
-                answer: dict[str, Any] = self.client.bulk(body=self._body(todo))
+                answer: dict[str, Any] = self.client.bulk(body=b"\n".join(a.lines for a in todo) + b"\n")
             except Exception as exc:
                 if not retriable(exc):
                     raise
@@ -110,25 +130,27 @@ class ElasticsearchSinkWriter:
             if todo:
                 self._wait(attempt, f"{len(todo)} document(s) refused for now (429/5xx)")
                 attempt += 1
-        self.records += len(messages)
 
-    def _outcome(self, sent: list[Message], answer: dict[str, Any]) -> list[Message]:
+    def _outcome(self, sent: list[_Action], answer: dict[str, Any]) -> list[_Action]:
         """The documents to send again; raises for one refused for good (unless ``on_error: skip``)."""
         again = []
-        for message, item in zip(sent, answer["items"], strict=True):
+        for action, item in zip(sent, answer["items"], strict=True):
             result = next(iter(item.values()))
             status = int(result.get("status", 500))
             if status < 300:
                 continue
             if status in RETRIABLE_STATUSES:
-                again.append(message)
+                again.append(action)
                 continue
-            reason = f"{result.get('_index')}/{result.get('_id')}: {status} {result.get('error')}"
-            if self.settings.on_error == "fail":
-                raise DocumentRefusedError(reason)
-            log.warning("skipping a document the search server refused: %s", reason)
-            self.skipped += 1
+            self._refused(f"{result.get('_index')}/{result.get('_id')}: {status} {result.get('error')}")
         return again
+
+    def _refused(self, reason: str) -> None:
+        if self.settings.on_error == "fail":
+            raise DocumentRefusedError(reason)
+        log.warning("%s: skipping a document that cannot be indexed: %s", self._status.name, reason)
+        self.skipped += 1
+        self._status.skipped += 1
 
     def _wait(self, attempt: int, why: str) -> None:
         delay = min(backoff_s(attempt) / 4, 10.0)

@@ -1,15 +1,22 @@
 """The Elasticsearch source: the hits of a query, in (timestamp, id) order, each as one record.
 
-Pages are read with ``search_after`` on a sort by ``timestamp_field`` then ``id_field``; the last sort
+Pages are read with ``search_after`` on a sort by ``timestamp_field`` then ``id_field`` (documents
+without the timestamp are not read: they would sort last and hide everything after them). The last sort
 values are the checkpoint, saved through :class:`connectors.source.SourceWriter` after each page is
-acknowledged (so a crash does not write a hit twice). Each record's value is the hit's ``_source``, its
-key the ``_id``, and ``talos-source`` says ``<index>/<_id>``. With ``follow`` the task keeps asking for
-documents after the last one every ``poll_ms``; that finds documents whose timestamp is not older than
-the newest one read (append-only indices, as logs are), not back-dated ones.
+acknowledged, so a crash does not write a hit twice. Each record's value is the hit's ``_source``, its
+key the ``_id``; ``talos-source`` says ``<index>/<_id>`` and ``talos-position`` the sort values.
+
+With ``follow`` the task asks again every ``poll_ms``, from the newest timestamp read *inclusive*,
+skipping the ids it already wrote at that timestamp (kept in the checkpoint as ``tie``): a document with
+the same timestamp that became searchable a refresh later is not skipped. Documents back-dated before
+the newest timestamp read are not found (append-only indices, as logs are, have none). A page with
+failed shards or a timeout is asked again, not taken as the end.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 from typing import Any
@@ -21,21 +28,43 @@ from connectors.config import ConnectorConfig, ElasticsearchSourceSettings
 from connectors.elasticsearch.client import connect, retriable
 from connectors.source import SourceWriter
 from connectors.task import Stopped, TaskStatus, backoff_s
+from talos import Message
 
-__all__ = ["ElasticsearchSourceTask", "search_body"]
+__all__ = ["POSITION_HEADER", "ElasticsearchSourceTask", "PartialResultsError", "later_than", "search_body"]
 
 log = logging.getLogger("talos.connect.elasticsearch")
 
 
-def search_body(settings: ElasticsearchSourceSettings, after: list[Any] | None) -> dict[str, Any]:
+POSITION_HEADER = "talos-position"
+
+
+class PartialResultsError(Exception):
+    """The search server answered with failed shards or timed out: the page may lack documents."""
+
+
+def search_body(settings: ElasticsearchSourceSettings, after: list[Any] | None, *, since: Any = None) -> dict[str, Any]:
+    """The request of one page: after the sort values ``after``, or (``since``) from that timestamp on."""
+    filters: list[dict[str, Any]] = [{"exists": {"field": settings.timestamp_field}}]
+    if since is not None:
+        filters.append({"range": {settings.timestamp_field: {"gte": since}}})
     body: dict[str, Any] = {
         "size": settings.batch_size,
-        "query": settings.query,
+        "query": {"bool": {"must": [settings.query], "filter": filters}},
         "sort": [{settings.timestamp_field: "asc"}, {settings.id_field: "asc"}],
     }
-    if after is not None:
+    if after is not None and since is None:
         body["search_after"] = after
     return body
+
+
+def later_than(message: Message, after: list[Any] | None) -> bool:
+    """Whether a record written from a hit sorts after ``after`` (the checkpoint)."""
+    if after is None:
+        return True
+    try:
+        return bool(orjson.loads(message.header(POSITION_HEADER) or b"null") > after)
+    except (TypeError, orjson.JSONDecodeError):
+        return True  # cannot tell: keep it in mind
 
 
 class ElasticsearchSourceTask:
@@ -50,47 +79,65 @@ class ElasticsearchSourceTask:
 
     def run(self, stop: threading.Event) -> None:
         assert self.connector.topic is not None
-        client = connect(self.settings)
-        writer = SourceWriter(
-            url=self.url,
-            topic=self.connector.topic,
-            connector=self.connector.name,
-            task=self.status.task,
-            checkpoints=self._checkpoints,
-            status=self.status,
-        )
-        try:
-            after: list[Any] | None = writer.recover().get(str(self.status.task), {}).get("after")
+        with contextlib.ExitStack() as cleanup:
+            client = connect(self.settings)
+            cleanup.callback(client.close)
+            writer = SourceWriter(
+                url=self.url,
+                topic=self.connector.topic,
+                connector=self.connector.name,
+                task=self.status.task,
+                checkpoints=self._checkpoints,
+                status=self.status,
+            )
+            cleanup.callback(writer.close)
+            state = writer.recover().get(str(self.status.task), {})
+            after: list[Any] | None = state.get("after")
+            tie: set[str] = set(state.get("tie", []))
+            writer.expect(lambda message: later_than(message, after))
+            caught_up = False
             while not stop.is_set():
-                hits = self._search(client, after, stop)
+                since = after[0] if caught_up and after is not None else None
+                hits = self._search(client, search_body(self.settings, after, since=since), stop)
                 for hit in hits:
-                    source = orjson.dumps(hit.get("_source", {}))
-                    writer.send(f"{hit['_index']}/{hit['_id']}", source, key=str(hit["_id"]).encode())
+                    if after is not None and hit["sort"][0] == after[0] and hit["_id"] in tie:
+                        continue  # written already: the follow query reads the newest timestamp again
+                    writer.send(
+                        f"{hit['_index']}/{hit['_id']}",
+                        _json(hit.get("_source", {})),
+                        key=str(hit["_id"]).encode(),
+                        headers={POSITION_HEADER: _json(hit["sort"])},
+                    )
                 if hits:
-                    after = hits[-1]["sort"]
-                    writer.commit({"after": after})
+                    last = hits[-1]["sort"]
+                    if after is None or last[0] != after[0]:
+                        tie = set()
+                    tie |= {hit["_id"] for hit in hits if hit["sort"][0] == last[0]}
+                    after = last
+                    writer.commit({"after": after, "tie": sorted(tie)})
                     self.status.detail["after"] = after
-                if len(hits) < self.settings.batch_size:
+                caught_up = len(hits) < self.settings.batch_size
+                if caught_up:
                     if not self.settings.follow:
                         return  # read to the end
+                    writer.idle({"after": after, "tie": sorted(tie)})
                     stop.wait(self.settings.poll_ms / 1000)
-        finally:
-            writer.close()
-            client.close()
 
-    def _search(self, client: Any, after: list[Any] | None, stop: threading.Event) -> list[dict[str, Any]]:
+    def _search(self, client: Any, body: dict[str, Any], stop: threading.Event) -> list[dict[str, Any]]:
         attempt = 0
         while True:
             try:
                 answer = client.search(
                     index=self.settings.index,
-                    body=search_body(self.settings, after),
+                    body=body,
                     params={"ignore_unavailable": "true", "allow_no_indices": "true"},  # not there yet: no hits
                 )
+                if answer.get("timed_out") or answer.get("_shards", {}).get("failed"):
+                    raise PartialResultsError(f"timed out: {answer.get('timed_out')}, shards: {answer.get('_shards')}")
                 self.status.state, self.status.error = "running", None
                 return list(answer["hits"]["hits"])
             except Exception as exc:
-                if not retriable(exc):
+                if not (retriable(exc) or isinstance(exc, PartialResultsError)):
                     raise
                 delay = min(backoff_s(attempt), 10.0)
                 attempt += 1
@@ -98,3 +145,10 @@ class ElasticsearchSourceTask:
                 log.warning("%s: search failed (%s); retrying in %.0f s", self.status.name, exc, delay)
                 if stop.wait(delay):
                     raise Stopped from None
+
+
+def _json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # integers wider than 64 bits, which JSON allows
+        return json.dumps(value).encode()

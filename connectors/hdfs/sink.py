@@ -9,6 +9,7 @@ holds the partition before writing and again before renaming.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import posixpath
 import time
@@ -16,10 +17,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hdfs import HdfsError, InsecureClient
+from hdfs import HdfsError
 
 from connectors.config import HdfsSinkSettings
 from connectors.hdfs.files import encode, file_name, resume_offset
+from connectors.hdfs.webhdfs import webhdfs
 from connectors.sink import TopicPartition
 from talos import Message
 
@@ -40,7 +42,8 @@ class _Buffer:
 class HdfsSinkWriter:
     def __init__(self, settings: HdfsSinkSettings) -> None:
         self.settings = settings
-        self.client = InsecureClient(settings.namenode, user=settings.user, timeout=30)
+        self._cleanup = contextlib.ExitStack()
+        self.client = self._cleanup.enter_context(webhdfs(settings.namenode, settings.user))
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._floor: dict[TopicPartition, int] = {}  # the next offset to write: below it is in files already
         self.records = 0
@@ -95,16 +98,14 @@ class HdfsSinkWriter:
             if buffer is None:
                 continue
             if not holds(tp):
-                del self._buffers[tp]
-                continue
+                continue  # not now: kept until the lock is renewed, or dropped when it is lost or revoked
             first, last = buffer.messages[0].offset, buffer.messages[-1].offset
             data = encode(buffer.messages, self.settings.format)
             final = posixpath.join(self._dir(tp), file_name(tp[0], tp[1], first, last, self.settings.format))
             tmp = posixpath.join(self._tmp_dir(tp), f"{uuid.uuid4().hex}.{self.settings.format}")
             self.client.write(tmp, data=data, overwrite=True)
-            if not holds(tp):  # lost the partition while writing: its next holder writes these
+            if not holds(tp):  # the lock lapsed while writing: not renamed, so not written
                 self.client.delete(tmp)
-                del self._buffers[tp]
                 continue
             self._rename(tmp, final)
             del self._buffers[tp]
@@ -135,3 +136,4 @@ class HdfsSinkWriter:
 
     def close(self) -> None:
         self._buffers.clear()
+        self._cleanup.close()

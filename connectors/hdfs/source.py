@@ -1,30 +1,35 @@
 """The HDFS source: the lines of the files in a directory, as they appear and as they grow.
 
-Every ``poll_ms`` a task lists the directory and reads what is new in each of its files (a file belongs
-to task ``crc32c(path) mod tasks``). Only complete lines are read: a line still being appended waits for
-its newline. Each line is one record (``jsonl``: ``key_field`` of the object becomes the key), tagged
-with ``<path>:<byte offset>``; per-file positions are checkpointed every ``batch_size`` lines through
+Every ``poll_ms`` a task lists the directory and reads what is new in each of its files. A file is known
+by its HDFS file id, not its name: a file renamed (rotated) keeps its position, a file replaced by
+another of the same name is a new file, read from its start. A file belongs to task
+``crc32c(file id) mod tasks``. Only complete lines are read: a line still being appended waits for its
+newline. Each line is one record (``jsonl``: ``key_field`` of the object becomes the key), tagged
+``<path>#<file id>:<byte offset>``; positions are checkpointed every ``batch_size`` lines through
 :class:`connectors.source.SourceWriter`, which keeps a crash from writing a line twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import posixpath
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from hdfs import InsecureClient
+from hdfs import HdfsError, InsecureClient
 
 from connectors.checkpoints import CheckpointStore
 from connectors.config import ConnectorConfig, HdfsSourceSettings
-from connectors.source import SourceWriter
+from connectors.hdfs.webhdfs import webhdfs
+from connectors.source import SOURCE_HEADER, SourceWriter
 from connectors.task import TaskStatus
-from talos import crc32c
+from talos import Message, crc32c
 
-__all__ = ["HdfsSourceTask", "line_key", "owns", "readable"]
+__all__ = ["HdfsSourceTask", "line_key", "owns", "parse_source", "readable"]
 
 log = logging.getLogger("talos.connect.hdfs")
 
@@ -36,8 +41,15 @@ def readable(name: str, pattern: str) -> bool:
     return not name.startswith((".", "_")) and not name.endswith("._COPYING_") and fnmatch.fnmatch(name, pattern)
 
 
-def owns(path: str, task: int, tasks: int) -> bool:
-    return crc32c(path.encode()) % tasks == task
+def owns(file_id: str, task: int, tasks: int) -> bool:
+    return crc32c(file_id.encode()) % tasks == task
+
+
+def parse_source(source: str) -> tuple[str, int] | None:
+    """(file id, byte offset) of a ``<path>#<file id>:<offset>`` record position."""
+    where, _, offset = source.rpartition(":")
+    _, _, file_id = where.rpartition("#")
+    return (file_id, int(offset)) if file_id and offset.isdigit() else None
 
 
 def line_key(line: bytes, key_field: str | None) -> bytes | None:
@@ -54,6 +66,15 @@ def line_key(line: bytes, key_field: str | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else orjson.dumps(value)
 
 
+@dataclass
+class _File:
+    path: str
+    position: int = 0  # the byte after the last complete line written
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "position": self.position}
+
+
 class HdfsSourceTask:
     def __init__(
         self,
@@ -68,85 +89,96 @@ class HdfsSourceTask:
         self.settings: HdfsSourceSettings = connector.settings
         self.status = status
         self._checkpoints = checkpoints
+        self._files: dict[str, _File] = {}  # file id → position
+
+    def _mine(self, file_id: str) -> bool:
+        return owns(file_id, self.status.task, self.connector.tasks)
 
     def run(self, stop: threading.Event) -> None:
         assert self.connector.topic is not None
-        client = InsecureClient(self.settings.namenode, user=self.settings.user, timeout=30)
-        writer = SourceWriter(
-            url=self.url,
-            topic=self.connector.topic,
-            connector=self.connector.name,
-            task=self.status.task,
-            checkpoints=self._checkpoints,
-            status=self.status,
-        )
-        try:
-            positions: dict[str, int] = {}
+        with contextlib.ExitStack() as cleanup:
+            client = cleanup.enter_context(webhdfs(self.settings.namenode, self.settings.user))
+            writer = SourceWriter(
+                url=self.url,
+                topic=self.connector.topic,
+                connector=self.connector.name,
+                task=self.status.task,
+                checkpoints=self._checkpoints,
+                status=self.status,
+            )
+            cleanup.callback(writer.close)
             for state in writer.recover().values():  # files may have belonged to another task before
-                for path, position in state.get("files", {}).items():
-                    positions[path] = max(int(position), positions.get(path, 0))
+                for file_id, known in state.get("files", {}).items():
+                    if self._mine(file_id) and known["position"] >= self._files.get(file_id, _File("")).position:
+                        self._files[file_id] = _File(known["path"], int(known["position"]))
+            writer.expect(self._will_read_again)
             while not stop.is_set():
                 read = False
-                for path, length in self._files(client):
-                    if length > positions.get(path, 0):
-                        read |= self._read(client, writer, path, length, positions, stop)
-                self.status.detail["files"] = len(positions)
+                for file_id, path, length in self._list(client):
+                    read |= self._read(client, writer, file_id, path, length, stop)
+                self.status.detail["files"] = len(self._files)
                 if not read:
+                    writer.idle(self._state())
                     stop.wait(self.settings.poll_ms / 1000)
-        finally:
-            writer.close()
 
-    def _files(self, client: InsecureClient) -> list[tuple[str, int]]:
+    def _will_read_again(self, message: Message) -> bool:
+        parsed = parse_source((message.header(SOURCE_HEADER) or b"").decode())
+        if parsed is None or not self._mine(parsed[0]):
+            return False
+        known = self._files.get(parsed[0])
+        return known is None or parsed[1] >= known.position
+
+    def _state(self) -> dict[str, Any]:
+        return {"files": {file_id: known.to_json() for file_id, known in self._files.items()}}
+
+    def _list(self, client: InsecureClient) -> list[tuple[str, str, int]]:
+        """(file id, path, length) of this task's readable files, by name."""
         found = []
         for name, info in sorted(client.list(self.settings.path, status=True)):
-            path = posixpath.join(self.settings.path, name)
-            if (
-                info["type"] == "FILE"
-                and readable(name, self.settings.pattern)
-                and owns(path, self.status.task, self.connector.tasks)
-            ):
-                found.append((path, int(info["length"])))
+            file_id = str(info["fileId"])
+            if info["type"] == "FILE" and readable(name, self.settings.pattern) and self._mine(file_id):
+                found.append((file_id, posixpath.join(self.settings.path, name), int(info["length"])))
         return found
 
     def _read(
-        self,
-        client: InsecureClient,
-        writer: SourceWriter,
-        path: str,
-        length: int,
-        positions: dict[str, int],
-        stop: threading.Event,
+        self, client: InsecureClient, writer: SourceWriter, file_id: str, path: str, length: int, stop: threading.Event
     ) -> bool:
-        """Write the complete lines of ``path`` after its position; True if the position moved."""
-        start = position = positions.get(path, 0)
+        """Write the complete lines of the file after its position; True if the position moved."""
+        known = self._files.setdefault(file_id, _File(path))
+        known.path = path  # renamed (rotated) files keep their position
+        if length < known.position:
+            log.warning("%s shrank to %d bytes (below %d): reading it from its start", path, length, known.position)
+            known.position = 0
+        start = known.position
         lines = 0
-        while position < length and not stop.is_set():
-            with client.read(path, offset=position, length=min(_CHUNK, length - position)) as reader:
-                data: bytes = reader.read()
+        while known.position < length and not stop.is_set():
+            try:
+                with client.read(path, offset=known.position, length=min(_CHUNK, length - known.position)) as reader:
+                    data: bytes = reader.read()
+            except HdfsError as exc:  # deleted or replaced since the listing: the next listing tells
+                log.info("%s: cannot read now (%s)", path, str(exc).splitlines()[0])
+                break
             end = data.rfind(b"\n")
             if end < 0:
                 if len(data) >= _CHUNK:
-                    raise ValueError(f"{path}: a line at byte {position} is longer than {_CHUNK} bytes")
+                    raise ValueError(f"{path}: the line at byte {known.position} is longer than {_CHUNK} bytes")
                 break  # an incomplete last line: wait for the rest
+            base = known.position
             line_start = 0
             while line_start <= end:
                 line_end = data.index(b"\n", line_start)
                 line = data[line_start:line_end].rstrip(b"\r")
                 if line.strip() or self.settings.format == "text":
-                    writer.send(f"{path}:{position + line_start}", line, key=line_key(line, self.settings.key_field))
+                    source = f"{path}#{file_id}:{base + line_start}"
+                    writer.send(source, line, key=line_key(line, self.settings.key_field))
                     lines += 1
                 line_start = line_end + 1
                 if lines >= self.settings.batch_size:
-                    positions[path] = position + line_start
-                    self._commit(writer, positions)
+                    known.position = base + line_start
+                    writer.commit(self._state())
                     lines = 0
-            position += end + 1
-            positions[path] = position
-        if positions.get(path, 0) != start:
-            self._commit(writer, positions)
+            known.position = base + end + 1
+        if known.position != start:
+            writer.commit(self._state())
             return True
         return False
-
-    def _commit(self, writer: SourceWriter, positions: dict[str, int]) -> None:
-        state: dict[str, Any] = {"files": dict(positions)}
-        writer.commit(state)

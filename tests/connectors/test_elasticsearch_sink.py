@@ -101,3 +101,32 @@ def test_template_date_indices_and_non_json_values(
     assert documents[f"{name}-0-0"]["amount"] == 5
     assert documents[f"{name}-0-1"]["value"] == "plain text"
     assert documents[f"{name}-0-2"]["value_b64"] == "/wA="
+
+
+def test_documents_that_cannot_be_indexed_fail_the_task_or_are_skipped(
+    talos_url: str, search: SearchServer, connect_runner: Any, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=1)
+    with Producer(talos_url) as producer:
+        producer.send(name, value=b'{"amount": 5}')
+        producer.send(name, value=b'{"amount": {"not": "a number"}}')  # refused by the mapping: 400
+        producer.send(name, value=b'{"amount": 6}', timestamp=10**17)  # no date: no index name
+        producer.send(name, value=b'{"amount": 7}')
+    template = {"index_patterns": [f"{name}-*"], "template": {"mappings": {"properties": {"amount": {"type": "long"}}}}}
+    config = sink_config(name, search, batch_size=10, flush_ms=100, template=template)
+    config["connectors"][0]["tasks"] = 1
+    failing = connect_runner(talos_url, config).start()
+    wait_until(
+        lambda: "DocumentRefusedError" in (failing.tasks()[0]["error"] or ""), timeout=30, what="the task to fail"
+    )
+    assert failing.tasks()[0]["state"] == "retrying" and failing.alive()
+    assert failing.terminate() == 0
+
+    config["connectors"][0]["config"]["on_error"] = "skip"
+    skipping = connect_runner(talos_url, config).start()
+    client = OpenSearch(hosts=[search.url])
+    wait_until(lambda: skipping.tasks()[0]["skipped"] == 2, timeout=30, what="two documents skipped")
+    wait_until(lambda: count(client, f"{name}-*") == 2, timeout=30, what="the two good documents")
+    assert skipping.tasks()[0]["records"] == 2
+    assert skipping.terminate() == 0
+    assert sorted(d["amount"] for d in all_documents(client, f"{name}-*").values()) == [5, 7]

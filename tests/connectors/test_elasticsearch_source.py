@@ -90,3 +90,34 @@ def test_without_follow_the_runner_finishes_and_a_rerun_adds_only_new_documents(
         index.add(40)
     assert runner.start(wait=False).wait() == 0
     check_exactly_once(talos_url, name, index.ids)
+
+
+def test_following_finds_documents_with_the_newest_timestamp_that_became_searchable_later(
+    talos_url: str, search: SearchServer, connect_runner: Any, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=1)
+    client = OpenSearch(hosts=[search.url])
+    index = Index(client, name)
+
+    def add(doc_id: str, ts: int | None) -> None:
+        body = {"n": int(doc_id.split("-")[1])} if ts is None else {"ts": ts, "n": int(doc_id.split("-")[1])}
+        client.index(index=name, id=doc_id, body=body, refresh=True)
+        index.ids.append(doc_id)
+
+    add("doc-5", 1000)
+    add("doc-6", 1000)
+    add("doc-1", 900)
+    runner = connect_runner(talos_url, source_config(name, search, follow=True, batch_size=2, poll_ms=50)).start()
+    wait_until(lambda: topic_count(talos_url, name) >= 3, timeout=30, what="3 documents")
+    add("doc-2", 1000)  # same timestamp as the newest read, lower id: after it in no search_after order
+    add("doc-7", 1001)
+    wait_until(lambda: topic_count(talos_url, name) >= 5, timeout=30, what="the late ones")
+    client.index(index=name, id="doc-9", body={"n": 9}, refresh=True)  # no timestamp: never read
+    add("doc-8", 1002)  # ... and it hides nothing after it
+    wait_until(lambda: topic_count(talos_url, name) >= 6, timeout=30, what="the one after")
+    assert runner.terminate() == 0
+    runner.start()  # a restart reads nothing again
+    add("doc-3", 1002)
+    wait_until(lambda: topic_count(talos_url, name) >= 7, timeout=30, what="after the restart")
+    assert runner.terminate() == 0
+    check_exactly_once(talos_url, name, index.ids)

@@ -59,7 +59,9 @@ class Files:
         self.client.write(posixpath.join(self.directory, file), data=data, append=append, overwrite=not append)
 
 
-def check_exactly_once(messages: list[Message], lines: list[str], name: str) -> None:
+def check_exactly_once(
+    messages: list[Message], lines: list[str], name: str, renamed: dict[str, str] | None = None
+) -> None:
     ids = Counter(orjson.loads(m.value or b"")["id"] for m in messages)
     duplicated = [i for i, n in ids.items() if n > 1]
     missing = {orjson.loads(line)["id"] for line in lines} - set(ids)
@@ -69,7 +71,8 @@ def check_exactly_once(messages: list[Message], lines: list[str], name: str) -> 
     for message in messages:
         assert message.header(CONNECTOR_HEADER) == name.encode()
         source = (message.header(SOURCE_HEADER) or b"").decode()
-        assert source.startswith(f"/in/{name}/{orjson.loads(message.value or b'')['file']}:")
+        file = orjson.loads(message.value or b"")["file"]
+        assert source.startswith((f"/in/{name}/{file}#", f"/in/{name}/{(renamed or {}).get(file)}#"))
         assert message.key == orjson.loads(message.value or b"")["id"].encode()  # key_field
 
 
@@ -124,3 +127,26 @@ def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
     wait_until(lambda: topic_count(talos_url, name) >= 9, timeout=30, what="the rest")
     assert runner.terminate() == 0
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
+
+
+def test_a_rotated_file_keeps_its_position_and_a_replaced_one_is_read_from_its_start(
+    talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=1)
+    client = InsecureClient(hdfs.webhdfs_url)
+    files = Files(client, f"/in/{name}")
+    files.write("app.log", 4, append=False)
+    files.write("other.log", 2, append=False)
+    runner = connect_runner(talos_url, source_config(name, hdfs, tasks=1, poll_ms=50, key_field="id"))
+    runner.start()
+    wait_until(lambda: topic_count(talos_url, name) >= 6, timeout=30, what="6 lines")
+    assert runner.terminate() == 0
+
+    directory = f"/in/{name}"
+    client.rename(posixpath.join(directory, "app.log"), posixpath.join(directory, "app.log.1"))  # rotated
+    files.write("app.log", 3, append=False)  # a new file under the old name
+    files.write("other.log", 2, append=False)  # replaced by another file (overwrite): read from its start
+    runner.start()
+    wait_until(lambda: topic_count(talos_url, name) >= 11, timeout=30, what="the new files")
+    assert runner.terminate() == 0
+    check_exactly_once(read_topic(talos_url, name), files.lines, name, renamed={"app.log": "app.log.1"})

@@ -194,3 +194,19 @@ def test_an_unreachable_namenode_and_talos_are_retried_with_backoff(
     assert "TransportError" in offline.tasks()[1]["error"]
     assert offline.alive()
     assert offline.terminate() == 0
+
+
+def test_a_status_port_in_use_is_a_clear_error_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "ok.yaml"
+    connector = {"name": "s", "type": "elasticsearch-sink", "topics": ["a"], "config": {"hosts": ["http://h:9200"]}}
+    path.write_text(yaml.safe_dump({"connectors": [connector]}))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = talos_cli("connect", "run", str(path), "--status-port", str(port), "--url", "http://127.0.0.1:1")
+    assert result.returncode == 1
+    assert f"cannot serve the status on port {port}" in result.stderr
+    assert "Traceback" not in result.stderr and "task(s) of" not in result.stderr

@@ -21,6 +21,7 @@ def test_records_written_after_the_checkpoint_are_found_and_not_written_again(ta
     first = TaskStatus(name, 0)
     crashed = writer(talos_url, name, name, 0, first)
     assert crashed.recover() == {"0": {}}
+    crashed.expect(lambda _: True)
     crashed.send("f:0", b"a")
     crashed.send("f:2", b"b")
     crashed.commit({"position": 4})
@@ -32,6 +33,7 @@ def test_records_written_after_the_checkpoint_are_found_and_not_written_again(ta
     status = TaskStatus(name, 0)
     restarted = writer(talos_url, name, name, 0, status)
     assert restarted.recover() == {"0": {"position": 4}}
+    restarted.expect(lambda _: True)
     assert [restarted.send(source, value) for source, value in [("f:4", b"c"), ("f:6", b"d"), ("f:8", b"e")]] == [
         False,
         False,
@@ -64,3 +66,35 @@ def test_a_task_sees_every_task_s_checkpoint_and_another_connector_s_records_are
     task0.commit({})
     task0.close()
     assert sorted(m.value for m in read_topic(talos_url, name)) == [b"mine", b"other's"]
+
+
+def test_a_second_crash_before_the_task_met_what_the_first_recovery_found_writes_nothing_twice(
+    talos_url: str, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=1)
+    first = writer(talos_url, name, name, 0, TaskStatus(name, 0))
+    first.recover()
+    first.expect(lambda _: True)
+    first.send("a:0", b"a0")
+    first.commit({"a": 1, "b": 0})
+    first.send("b:0", b"b0")
+    first.send("b:1", b"b1")
+    first._producer.flush()  # written, then a crash before the checkpoint
+    first._producer.close()
+
+    second = writer(talos_url, name, name, 0, TaskStatus(name, 0))
+    assert second.recover()["0"] == {"a": 1, "b": 0}
+    second.expect(lambda message: (message.header("talos-source") or b"").startswith(b"b:"))
+    second.send("a:1", b"a1")  # it reads file a first, checkpoints (b's lines not met yet) ...
+    second.commit({"a": 2, "b": 0})
+    second._producer.close()  # ... and crashes again
+
+    status = TaskStatus(name, 0)
+    third = writer(talos_url, name, name, 0, status)
+    assert third.recover()["0"] == {"a": 2, "b": 0}
+    third.expect(lambda _: True)
+    assert [third.send(s, v) for s, v in [("b:0", b"b0"), ("b:1", b"b1"), ("b:2", b"b2")]] == [False, False, True]
+    third.commit({"a": 2, "b": 3})
+    third.close()
+    assert status.skipped == 2
+    assert sorted(m.value for m in read_topic(talos_url, name)) == [b"a0", b"a1", b"b0", b"b1", b"b2"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,9 +10,9 @@ from hypothesis import strategies as st
 from connectors import ConfigError, parse_config
 from connectors.config import ElasticsearchSinkSettings, HdfsSinkSettings
 from connectors.elasticsearch.naming import check_index_pattern, document, document_id, index_name
-from connectors.elasticsearch.source import search_body
+from connectors.elasticsearch.source import later_than, search_body
 from connectors.hdfs.files import file_name, parse_file_name, resume_offset
-from connectors.hdfs.source import line_key, owns, readable
+from connectors.hdfs.source import line_key, owns, parse_source, readable
 from connectors.records import message_json
 from talos import Message
 
@@ -183,23 +184,41 @@ def test_keys_of_json_lines() -> None:
     assert line_key(b'{"id": "a"}', None) is None
 
 
-def test_search_pages_sort_by_timestamp_then_id() -> None:
-    config = parse_config(
-        {
-            "connectors": [
-                {
-                    "name": "s",
-                    "type": "elasticsearch-source",
-                    "topic": "t",
-                    "config": {"hosts": ["http://h"], "index": "i", "id_field": "uid", "batch_size": 7},
-                }
-            ]
-        }
-    )
-    settings = config.connectors[0].settings
-    assert search_body(settings, None) == {
+def test_search_pages_sort_by_timestamp_then_id_and_skip_documents_without_a_timestamp() -> None:
+    connector = {
+        "name": "s",
+        "type": "elasticsearch-source",
+        "topic": "t",
+        "config": {
+            "hosts": ["http://h"],
+            "index": "i",
+            "id_field": "uid",
+            "batch_size": 7,
+            "query": {"term": {"a": 1}},
+        },
+    }
+    settings = parse_config({"connectors": [connector]}).connectors[0].settings
+    body = search_body(settings, None)
+    assert body == {
         "size": 7,
-        "query": {"match_all": {}},
+        "query": {"bool": {"must": [{"term": {"a": 1}}], "filter": [{"exists": {"field": "@timestamp"}}]}},
         "sort": [{"@timestamp": "asc"}, {"uid": "asc"}],
     }
     assert search_body(settings, [5, "x"])["search_after"] == [5, "x"]
+    again = search_body(settings, [5, "x"], since=5)  # following: the newest timestamp again, inclusive
+    assert "search_after" not in again
+    assert again["query"]["bool"]["filter"][1] == {"range": {"@timestamp": {"gte": 5}}}
+
+
+def test_what_a_recovery_scan_found_after_the_checkpoint() -> None:
+    def at(position: object) -> Message:
+        return Message("t", 0, 0, 0, None, None, (("talos-position", orjson.dumps(position)),))
+
+    assert later_than(at([5, "b"]), [5, "a"])
+    assert not later_than(at([5, "a"]), [5, "a"])
+    assert not later_than(at([4, "z"]), [5, "a"])
+    assert later_than(at([4, "z"]), None)
+    assert later_than(Message("t", 0, 0, 0, None, None, ()), [5, "a"])  # cannot tell: kept in mind
+    assert parse_source("/in/a.log#1234:56") == ("1234", 56)
+    assert parse_source("/in/odd#name:x#99:0") == ("99", 0)
+    assert parse_source("garbage") is None

@@ -93,3 +93,33 @@ def test_the_iterator_does_not_hand_out_a_message_of_a_partition_no_longer_held(
     assert not state.deliver(message(9))
     assert state.positions.next[("orders", 2)] == 8  # read again from the first one not handed out
     assert state.consumed[("orders", 2)] == 8  # and not counted as consumed
+
+
+def test_messages_dropped_while_the_lock_lapses_are_read_again_if_it_is_renewed() -> None:
+    membership = Membership("g", ["orders"], session_s=10, broadcast=False, instance=None)
+    grant = {"member_id": "m", "assignment": [{"topic": "orders", "partition": 2, "generation": 1}]}
+    sent = time.monotonic()
+    membership.apply(grant, sent_at=sent)
+    membership.take_changes()
+    state = _State(
+        start="earliest",
+        partitions=[],
+        membership=membership,
+        auto_commit=False,
+        auto_commit_interval_s=5,
+        on_assign=None,
+        on_revoke=None,
+        on_lost=None,
+        max_retries=3,
+    )
+    tp = ("orders", 2)
+    state.positions.next[tp] = 12
+    state.received(tp, [message(10), message(11)])
+    membership.valid_until = sent - 1  # the heartbeat's answer is late: the lock looks expired for now
+    assert state.hand_out(10) == []
+    assert state.positions.next[tp] == 10  # not skipped: read again from the first one not handed out
+    state.positions.next[tp] = 14
+    state.received(tp, [message(12), message(13)])  # a fetch that ends while the lock looks expired
+    assert state.positions.next[tp] == 12
+    membership.apply(grant, sent_at=time.monotonic())  # the lock is renewed: nothing was lost or skipped
+    assert tp in state.assignment(time.monotonic())

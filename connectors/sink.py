@@ -25,6 +25,7 @@ __all__ = ["SinkTask", "SinkWriter", "TopicPartition", "group_name"]
 log = logging.getLogger("talos.connect")
 
 TopicPartition = tuple[str, int]
+FETCH_BYTES = 4 * 1024 * 1024  # per fetch: sinks read in bulk (the consumer default is 1 MiB)
 
 
 def group_name(connector: str) -> str:
@@ -112,6 +113,7 @@ class SinkTask:
                 on_revoke=released,
                 on_lost=released,
                 instance=f"task-{self.status.task}",
+                max_bytes=FETCH_BYTES,
             )
             while not stop.is_set():
                 for message in consumer.poll(timeout=self._poll_timeout_s):

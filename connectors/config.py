@@ -44,12 +44,9 @@ class _SinkSettings(_Settings):
     session_timeout_s: Annotated[float, Field(gt=0.5, le=300)] = 10.0  # the group lock of each partition
 
 
-class HdfsSinkSettings(_SinkSettings):
+class _HdfsSettings(_Settings):
     namenode: str  # WebHDFS address of the NameNode, http://host:port
-    path: str  # files go under PATH/<topic>/<partition>/
-    format: Literal["jsonl", "parquet"] = "jsonl"
-    roll_bytes: Annotated[int, Field(ge=1)] = 128 * 1024 * 1024
-    roll_ms: Annotated[int, Field(ge=1)] = 60_000
+    path: str
     user: str | None = None  # HDFS user (simple authentication); default: the local user
 
     @field_validator("namenode")
@@ -63,25 +60,20 @@ class HdfsSinkSettings(_SinkSettings):
         return _hdfs_path(value)
 
 
-class HdfsSourceSettings(_Settings):
-    namenode: str
-    path: str  # a directory; its files (not sub-directories) are read
+class HdfsSinkSettings(_SinkSettings, _HdfsSettings):
+    # path: files go under PATH/<topic>/<partition>/
+    format: Literal["jsonl", "parquet"] = "jsonl"
+    roll_bytes: Annotated[int, Field(ge=1)] = 128 * 1024 * 1024
+    roll_ms: Annotated[int, Field(ge=1)] = 60_000
+
+
+class HdfsSourceSettings(_HdfsSettings):
+    # path: a directory; its files (not sub-directories) are read
     format: Literal["jsonl", "text"] = "jsonl"
     pattern: str = "*"  # fnmatch pattern of file names to read
     poll_ms: Annotated[int, Field(ge=10)] = 1000
     batch_size: Annotated[int, Field(ge=1, le=100_000)] = 1000  # lines between checkpoints
     key_field: str | None = None  # jsonl: use this field of each object as the message key
-    user: str | None = None
-
-    @field_validator("namenode")
-    @classmethod
-    def _http(cls, value: str) -> str:
-        return _http_url(value, "the NameNode's WebHDFS address")
-
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        return _hdfs_path(value)
 
 
 class _SearchSettings(_Settings):

@@ -136,8 +136,7 @@ class SinkTask:
     def _flush(self, consumer: Consumer, writer: SinkWriter, tps: list[TopicPartition]) -> None:
         if not tps:
             return
-        held = set(consumer.assignment)
-        positions = writer.flush(tps, lambda tp: tp in held and tp in consumer.assignment)
+        positions = writer.flush(tps, lambda tp: tp in consumer.assignment)  # asked again at each use
         if not positions:
             return
         try:

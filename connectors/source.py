@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from connectors.checkpoints import CheckpointStore
+from connectors.config import ConnectorConfig
 from connectors.reading import read_range
 from connectors.task import TaskStatus
 from talos import Admin, Message, Producer, RecordFuture
@@ -54,6 +55,21 @@ class SourceWriter:
         self._unmet: dict[str, tuple[int, int]] = {}  # found by the recovery scan, not met again: (partition, offset)
         self._last_commit = time.monotonic()
         self._last_watermarks = 0.0
+
+    @classmethod
+    def for_task(
+        cls, connector: ConnectorConfig, status: TaskStatus, *, url: str, checkpoints: CheckpointStore
+    ) -> SourceWriter:
+        """The writer of task ``status.task`` of a source connector."""
+        assert connector.topic is not None
+        return cls(
+            url=url,
+            topic=connector.topic,
+            connector=connector.name,
+            task=status.task,
+            checkpoints=checkpoints,
+            status=status,
+        )
 
     def recover(self) -> dict[str, dict[str, Any]]:
         """Load the connector's checkpoints (every task's: a task may take over another's files) and

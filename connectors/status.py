@@ -32,7 +32,8 @@ def _sink(url: str, connector: ConnectorConfig) -> dict[str, Any]:
     except NotFoundError:
         return {"summary": f"not started yet (no group {group})", "lines": [], "detail": None}
     rows = described["partitions"]
-    lag = sum(row["lag"] or 0 for row in rows)
+    # Nothing committed yet: everything up to the high watermark is still to do (start: earliest).
+    lag = sum(row["lag"] if row["lag"] is not None else row["high_watermark"] or 0 for row in rows)
     members = len(described["members"])
     lines = [
         f"{row['topic']}/{row['partition']}: committed {row['committed']}, high watermark {row['high_watermark']}, "

@@ -879,6 +879,8 @@ def dev_hadoop() -> None:
     help="Where their data and logs go (default: a new temporary directory).",
 )
 @click.option("--hdfs-port", type=int, default=None, help="NameNode RPC port (default: a free one).")
+@click.option("--webhdfs-port", type=int, default=None, help="NameNode HTTP (WebHDFS) port (default: a free one).")
+@click.option("--search-port", type=int, default=None, help="Search server port (default: a free one).")
 @click.option("--zookeeper-port", type=int, default=None, help="ZooKeeper client port (default: a free one).")
 def dev_services(
     hdfs: bool,
@@ -886,6 +888,8 @@ def dev_services(
     search: bool,
     base_dir: Path | None,
     hdfs_port: int | None,
+    webhdfs_port: int | None,
+    search_port: int | None,
     zookeeper_port: int | None,
 ) -> None:
     """Run a real HDFS and ZooKeeper (and with --search a search server) on loopback ports until Ctrl-C.
@@ -907,14 +911,14 @@ def dev_services(
             started.append(zk)
             click.echo(f"zookeeper {zk.address} pid={zk.process.pid if zk.process else '?'}")
         if hdfs:
-            cluster = HdfsCluster(base / "hdfs", rpc_port=hdfs_port)
+            cluster = HdfsCluster(base / "hdfs", rpc_port=hdfs_port, http_port=webhdfs_port)
             click.echo("starting HDFS ...", err=True)
             cluster.start()
             started.append(cluster)
             pids = " ".join(f"{p.name}_pid={p.pid}" for p in (cluster.namenode, cluster.datanode) if p is not None)
             click.echo(f"hdfs {cluster.url} webhdfs={cluster.webhdfs_url} {pids}")
         if search:
-            server = SearchServer(base)
+            server = SearchServer(base, port=search_port)
             click.echo("starting the search server ...", err=True)
             started.append(server.start())
             click.echo(f"search {server.url} pid={server.process.pid if server.process else '?'}")

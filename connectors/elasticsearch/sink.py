@@ -56,7 +56,11 @@ class ElasticsearchSinkWriter:
         self.requests = 0
         self.skipped = 0
         if settings.template is not None:
-            self.client.indices.put_index_template(name=template_name, body=settings.template)
+            try:
+                self.client.indices.put_index_template(name=template_name, body=settings.template)
+            except Exception:
+                self.client.close()
+                raise
 
     def open(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return {}  # the committed offsets are right: a replay rewrites the same documents

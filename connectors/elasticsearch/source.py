@@ -30,7 +30,7 @@ from connectors.source import SourceWriter
 from connectors.task import Stopped, TaskStatus, backoff_s
 from talos import Message
 
-__all__ = ["POSITION_HEADER", "ElasticsearchSourceTask", "PartialResultsError", "later_than", "search_body"]
+__all__ = ["POSITION_HEADER", "ElasticsearchSourceTask", "PartialResultsError", "not_checkpointed", "search_body"]
 
 log = logging.getLogger("talos.connect.elasticsearch")
 
@@ -57,13 +57,17 @@ def search_body(settings: ElasticsearchSourceSettings, after: list[Any] | None, 
     return body
 
 
-def later_than(message: Message, after: list[Any] | None) -> bool:
-    """Whether a record written from a hit sorts after ``after`` (the checkpoint)."""
+def not_checkpointed(message: Message, after: list[Any] | None, tie: set[str]) -> bool:
+    """Whether a record written from a hit is past the checkpoint: it sorts after ``after``, or it has
+    ``after``'s timestamp and is not among the ``tie`` ids written at that timestamp."""
     if after is None:
         return True
     try:
-        return bool(orjson.loads(message.header(POSITION_HEADER) or b"null") > after)
-    except (TypeError, orjson.JSONDecodeError):
+        position = orjson.loads(message.header(POSITION_HEADER) or b"null")
+        if position[0] == after[0]:
+            return bool(position > after) or (message.key or b"").decode() not in tie
+        return bool(position > after)
+    except (TypeError, IndexError, orjson.JSONDecodeError):
         return True  # cannot tell: keep it in mind
 
 
@@ -78,23 +82,15 @@ class ElasticsearchSourceTask:
         self._checkpoints = checkpoints
 
     def run(self, stop: threading.Event) -> None:
-        assert self.connector.topic is not None
         with contextlib.ExitStack() as cleanup:
             client = connect(self.settings)
             cleanup.callback(client.close)
-            writer = SourceWriter(
-                url=self.url,
-                topic=self.connector.topic,
-                connector=self.connector.name,
-                task=self.status.task,
-                checkpoints=self._checkpoints,
-                status=self.status,
-            )
+            writer = SourceWriter.for_task(self.connector, self.status, url=self.url, checkpoints=self._checkpoints)
             cleanup.callback(writer.close)
             state = writer.recover().get(str(self.status.task), {})
             after: list[Any] | None = state.get("after")
             tie: set[str] = set(state.get("tie", []))
-            writer.expect(lambda message: later_than(message, after))
+            writer.expect(lambda message: not_checkpointed(message, after, tie))
             caught_up = False
             while not stop.is_set():
                 since = after[0] if caught_up and after is not None else None
@@ -110,12 +106,12 @@ class ElasticsearchSourceTask:
                     )
                 if hits:
                     last = hits[-1]["sort"]
-                    if after is None or last[0] != after[0]:
-                        tie = set()
-                    tie |= {hit["_id"] for hit in hits if hit["sort"][0] == last[0]}
-                    after = last
-                    writer.commit({"after": after, "tie": sorted(tie)})
-                    self.status.detail["after"] = after
+                    at_last = {hit["_id"] for hit in hits if hit["sort"][0] == last[0]}
+                    seen_tie = at_last | (tie if after is not None and last[0] == after[0] else set())
+                    if last != after or seen_tie != tie:  # else only the tie, read again: nothing new
+                        after, tie = last, seen_tie
+                        writer.commit({"after": after, "tie": sorted(tie)})
+                        self.status.detail["after"] = after
                 caught_up = len(hits) < self.settings.batch_size
                 if caught_up:
                     if not self.settings.follow:

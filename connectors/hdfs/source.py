@@ -95,17 +95,9 @@ class HdfsSourceTask:
         return owns(file_id, self.status.task, self.connector.tasks)
 
     def run(self, stop: threading.Event) -> None:
-        assert self.connector.topic is not None
         with contextlib.ExitStack() as cleanup:
             client = cleanup.enter_context(webhdfs(self.settings.namenode, self.settings.user))
-            writer = SourceWriter(
-                url=self.url,
-                topic=self.connector.topic,
-                connector=self.connector.name,
-                task=self.status.task,
-                checkpoints=self._checkpoints,
-                status=self.status,
-            )
+            writer = SourceWriter.for_task(self.connector, self.status, url=self.url, checkpoints=self._checkpoints)
             cleanup.callback(writer.close)
             for state in writer.recover().values():  # files may have belonged to another task before
                 for file_id, known in state.get("files", {}).items():
@@ -114,7 +106,10 @@ class HdfsSourceTask:
             writer.expect(self._will_read_again)
             while not stop.is_set():
                 read = False
-                for file_id, path, length in self._list(client):
+                files, present = self._list(client)
+                for gone in self._files.keys() - present:  # deleted: its position is no longer needed
+                    del self._files[gone]
+                for file_id, path, length in files:
                     read |= self._read(client, writer, file_id, path, length, stop)
                 self.status.detail["files"] = len(self._files)
                 if not read:
@@ -131,14 +126,20 @@ class HdfsSourceTask:
     def _state(self) -> dict[str, Any]:
         return {"files": {file_id: known.to_json() for file_id, known in self._files.items()}}
 
-    def _list(self, client: InsecureClient) -> list[tuple[str, str, int]]:
-        """(file id, path, length) of this task's readable files, by name."""
-        found = []
+    def _list(self, client: InsecureClient) -> tuple[list[tuple[str, str, int]], set[str]]:
+        """(file id, path, length) of this task's readable files, by name; and the ids of every entry."""
+        found: list[tuple[str, str, int]] = []
+        present: set[str] = set()
+        if client.status(self.settings.path, strict=False) is None:
+            self.status.detail["waiting_for"] = self.settings.path  # not created yet: nothing to read
+            return found, present
+        self.status.detail.pop("waiting_for", None)
         for name, info in sorted(client.list(self.settings.path, status=True)):
             file_id = str(info["fileId"])
+            present.add(file_id)
             if info["type"] == "FILE" and readable(name, self.settings.pattern) and self._mine(file_id):
                 found.append((file_id, posixpath.join(self.settings.path, name), int(info["length"])))
-        return found
+        return found, present
 
     def _read(
         self, client: InsecureClient, writer: SourceWriter, file_id: str, path: str, length: int, stop: threading.Event

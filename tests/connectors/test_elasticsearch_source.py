@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
 from typing import Any
 
@@ -10,6 +11,7 @@ import orjson
 import pytest
 from opensearchpy import OpenSearch
 
+from connectors.checkpoints import CheckpointStore
 from connectors.source import SOURCE_HEADER
 from talos import Admin
 from talos.devservices import SearchServer, wait_until
@@ -115,6 +117,10 @@ def test_following_finds_documents_with_the_newest_timestamp_that_became_searcha
     client.index(index=name, id="doc-9", body={"n": 9}, refresh=True)  # no timestamp: never read
     add("doc-8", 1002)  # ... and it hides nothing after it
     wait_until(lambda: topic_count(talos_url, name) >= 6, timeout=30, what="the one after")
+    checkpoints = Admin(talos_url).offsets("__connect_offsets", CheckpointStore(talos_url).partition(name))
+    time.sleep(1.0)  # 20 polls with nothing new: the newest timestamp's documents come back, and are not news
+    again = Admin(talos_url).offsets("__connect_offsets", CheckpointStore(talos_url).partition(name))
+    assert again["latest"] == checkpoints["latest"]
     assert runner.terminate() == 0
     runner.start()  # a restart reads nothing again
     add("doc-3", 1002)

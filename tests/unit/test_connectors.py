@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from connectors import ConfigError, parse_config
 from connectors.config import ElasticsearchSinkSettings, HdfsSinkSettings
 from connectors.elasticsearch.naming import check_index_pattern, document, document_id, index_name
-from connectors.elasticsearch.source import later_than, search_body
+from connectors.elasticsearch.source import not_checkpointed, search_body
 from connectors.hdfs.files import file_name, parse_file_name, resume_offset
 from connectors.hdfs.source import line_key, owns, parse_source, readable
 from connectors.records import message_json
@@ -211,14 +211,17 @@ def test_search_pages_sort_by_timestamp_then_id_and_skip_documents_without_a_tim
 
 
 def test_what_a_recovery_scan_found_after_the_checkpoint() -> None:
-    def at(position: object) -> Message:
-        return Message("t", 0, 0, 0, None, None, (("talos-position", orjson.dumps(position)),))
+    def at(position: list[object]) -> Message:
+        key = str(position[1]).encode()
+        return Message("t", 0, 0, 0, key, None, (("talos-position", orjson.dumps(position)),))
 
-    assert later_than(at([5, "b"]), [5, "a"])
-    assert not later_than(at([5, "a"]), [5, "a"])
-    assert not later_than(at([4, "z"]), [5, "a"])
-    assert later_than(at([4, "z"]), None)
-    assert later_than(Message("t", 0, 0, 0, None, None, ()), [5, "a"])  # cannot tell: kept in mind
+    assert not_checkpointed(at([5, "b"]), [5, "a"], {"a"})
+    assert not not_checkpointed(at([5, "a"]), [5, "a"], {"a"})
+    assert not not_checkpointed(at([4, "z"]), [5, "a"], {"a"})
+    assert not_checkpointed(at([5, "0"]), [5, "a"], {"a"})  # a late tie at the checkpoint's timestamp
+    assert not not_checkpointed(at([5, "0"]), [5, "a"], {"a", "0"})
+    assert not_checkpointed(at([4, "z"]), None, set())
+    assert not_checkpointed(Message("t", 0, 0, 0, None, None, ()), [5, "a"], set())  # cannot tell: kept
     assert parse_source("/in/a.log#1234:56") == ("1234", 56)
     assert parse_source("/in/odd#name:x#99:0") == ("99", 0)
     assert parse_source("garbage") is None

@@ -69,12 +69,8 @@ def test_fold_keeps_the_last_word_per_group() -> None:
     assert orjson.loads(records[0].value or b"{}")["type"] == "commit"
 
 
-def test_the_iterator_does_not_hand_out_a_message_of_a_partition_no_longer_held() -> None:
-    membership = Membership("g", ["orders"], session_s=10, broadcast=False, instance=None)
-    answer = {"member_id": "m", "assignment": [{"topic": "orders", "partition": 2, "generation": 1}]}
-    membership.apply(answer, sent_at=time.monotonic())
-    membership.take_changes()  # the consumer took the grant
-    state = _State(
+def _member_state(membership: Membership) -> _State:
+    return _State(
         start="earliest",
         partitions=[],
         membership=membership,
@@ -85,6 +81,14 @@ def test_the_iterator_does_not_hand_out_a_message_of_a_partition_no_longer_held(
         on_lost=None,
         max_retries=3,
     )
+
+
+def test_the_iterator_does_not_hand_out_a_message_of_a_partition_no_longer_held() -> None:
+    membership = Membership("g", ["orders"], session_s=10, broadcast=False, instance=None)
+    answer = {"member_id": "m", "assignment": [{"topic": "orders", "partition": 2, "generation": 1}]}
+    membership.apply(answer, sent_at=time.monotonic())
+    membership.take_changes()  # the consumer took the grant
+    state = _member_state(membership)
     state.positions.next[("orders", 2)] = 10
     assert state.deliver(message(7))
     assert state.consumed[("orders", 2)] == 8
@@ -101,17 +105,7 @@ def test_messages_dropped_while_the_lock_lapses_are_read_again_if_it_is_renewed(
     sent = time.monotonic()
     membership.apply(grant, sent_at=sent)
     membership.take_changes()
-    state = _State(
-        start="earliest",
-        partitions=[],
-        membership=membership,
-        auto_commit=False,
-        auto_commit_interval_s=5,
-        on_assign=None,
-        on_revoke=None,
-        on_lost=None,
-        max_retries=3,
-    )
+    state = _member_state(membership)
     tp = ("orders", 2)
     state.positions.next[tp] = 12
     state.received(tp, [message(10), message(11)])

@@ -36,8 +36,8 @@ def _sink(url: str, connector: ConnectorConfig) -> dict[str, Any]:
     lag = sum(row["lag"] if row["lag"] is not None else row["high_watermark"] or 0 for row in rows)
     members = len(described["members"])
     lines = [
-        f"{row['topic']}/{row['partition']}: committed {row['committed']}, high watermark {row['high_watermark']}, "
-        f"lag {row['lag']}"
+        f"{row['topic']}/{row['partition']}: committed {_cell(row['committed'])}, "
+        f"high watermark {_cell(row['high_watermark'])}, lag {_cell(row['lag'])}"
         for row in rows
     ]
     return {"summary": f"{members} task(s) running, lag {lag} (group {group})", "lines": lines, "detail": described}
@@ -53,9 +53,14 @@ def _source(url: str, connector: ConnectorConfig) -> dict[str, Any]:
     lines = []
     for task, document in sorted(checkpoints.items()):
         state = document.get("state", {})
-        if "files" in state:
-            files = state["files"]
-            lines.append(f"task {task}: {len(files)} file(s), {sum(files.values())} bytes read")
+        if connector.type == "hdfs-source":
+            files = state.get("files", {}).values()
+            read = sum(int(f.get("position", 0)) for f in files)
+            lines.append(f"task {task}: {len(files)} file(s), {read} bytes read")
         else:
-            lines.append(f"task {task}: after {state.get('after')}")
+            lines.append(f"task {task}: after {state.get('after') or '(nothing read yet)'}")
     return {"summary": f"checkpoints of {len(checkpoints)} task(s)", "lines": lines, "detail": checkpoints}
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)

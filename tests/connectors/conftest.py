@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import signal
+import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -43,6 +44,13 @@ _names = itertools.count()
 def name() -> str:
     """A fresh name per test (topics, connectors, paths, indices)."""
     return f"c{os.getpid()}x{next(_names)}"
+
+
+def talos_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``talos ARGS`` in a subprocess, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "talos.cli", *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 class ConnectProcess:

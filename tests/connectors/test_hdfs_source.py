@@ -15,7 +15,7 @@ from hdfs import InsecureClient
 from connectors.source import CONNECTOR_HEADER, SOURCE_HEADER
 from talos import Admin, Consumer, Message
 from talos.devservices import HdfsCluster, wait_until
-from tests.connectors.conftest import Feeder, crash_loop
+from tests.connectors.conftest import Feeder, crash_loop, talos_cli
 
 pytestmark = [pytest.mark.hdfs]
 
@@ -127,6 +127,9 @@ def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
     wait_until(lambda: topic_count(talos_url, name) >= 9, timeout=30, what="the rest")
     assert runner.terminate() == 0
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
+    size = client.status(path)["length"]
+    status = talos_cli("connect", "status", str(runner.config_path), "--url", talos_url)
+    assert f"{name} (hdfs-source): checkpoints of 1 task(s)\n  task 0: 1 file(s), {size} bytes read" in status.stdout
 
 
 def test_a_rotated_file_keeps_its_position_and_a_replaced_one_is_read_from_its_start(

@@ -3,8 +3,6 @@ retried (the runner stays up, its status says why) and the work resumes once the
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +12,9 @@ from opensearchpy import OpenSearch
 
 from talos import Admin
 from talos.devservices import HdfsCluster, SearchServer, free_port, wait_until
+from tests.connectors.conftest import talos_cli
 from tests.connectors.test_elasticsearch_sink import count, sink_config
 from tests.connectors.test_hdfs_sink import produce
-
-
-def talos_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "talos.cli", *args], capture_output=True, text=True, timeout=60, check=False
-    )
-
 
 BAD = {
     "connectors": [

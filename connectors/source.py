@@ -35,6 +35,9 @@ log = logging.getLogger("talos.connect")
 CONNECTOR_HEADER = "talos-connector"
 SOURCE_HEADER = "talos-source"
 CHECKPOINT_IDLE_S = 60.0  # an idle task checkpoints this often (and moves scan_from to the high watermarks)
+# After a crash, how long to wait before the recovery scan: a produce request the dead process had sent may
+# still be appended by the server after it died, and the scan must see it.
+SETTLE_S = 3.0
 
 
 class SourceWriter:
@@ -81,6 +84,9 @@ class SourceWriter:
             # Before writing anything: record where this task's records can start to appear.
             documents[self.task] = {"state": {}, "scan_from": self._high_watermarks()}
             self._checkpoints.save(self.connector, self.task, documents[self.task])
+        elif not documents[self.task].get("clean"):
+            log.info("%s: the last run did not stop cleanly; letting its last writes land", self.status.name)
+            time.sleep(SETTLE_S)
         self._scan_from = {int(p): int(o) for p, o in documents[self.task].get("scan_from", {}).items()}
         starts: dict[int, int] = {}
         for document in documents.values():
@@ -146,9 +152,10 @@ class SourceWriter:
         self._pending.append(future)
         return True
 
-    def commit(self, state: dict[str, Any]) -> None:
+    def commit(self, state: dict[str, Any], *, clean: bool = False) -> None:
         """Wait until every queued record is acknowledged, then checkpoint ``state`` (the positions after
-        them). Raises if a record could not be written: the task restarts from the last checkpoint."""
+        them). Raises if a record could not be written: the task restarts from the last checkpoint.
+        ``clean``: the task's last checkpoint before a graceful stop (the next start need not wait)."""
         self._producer.flush()
         reached = dict(self._scan_from)
         for future in self._pending:
@@ -165,7 +172,12 @@ class SourceWriter:
             self._scan_from[partition] = max(self._scan_from.get(partition, 0), min(offset, limit))
         self.status.records += len(self._pending)
         self._pending.clear()
-        document = {"state": state, "scan_from": {str(p): o for p, o in sorted(self._scan_from.items())}}
+        document: dict[str, Any] = {
+            "state": state,
+            "scan_from": {str(p): o for p, o in sorted(self._scan_from.items())},
+        }
+        if clean:
+            document["clean"] = True
         self._checkpoints.save(self.connector, self.task, document)
         self._last_commit = time.monotonic()
         self.status.state, self.status.error = "running", None

@@ -115,9 +115,10 @@ class ElasticsearchSourceTask:
                 caught_up = len(hits) < self.settings.batch_size
                 if caught_up:
                     if not self.settings.follow:
-                        return  # read to the end
+                        break  # read to the end
                     writer.idle({"after": after, "tie": sorted(tie)})
                     stop.wait(self.settings.poll_ms / 1000)
+            writer.commit({"after": after, "tie": sorted(tie)}, clean=True)  # stopped gracefully, or finished
 
     def _search(self, client: Any, body: dict[str, Any], stop: threading.Event) -> list[dict[str, Any]]:
         attempt = 0

@@ -115,6 +115,7 @@ class HdfsSourceTask:
                 if not read:
                     writer.idle(self._state())
                     stop.wait(self.settings.poll_ms / 1000)
+            writer.commit(self._state(), clean=True)  # stopped gracefully
 
     def _will_read_again(self, message: Message) -> bool:
         parsed = parse_source((message.header(SOURCE_HEADER) or b"").decode())

@@ -13,18 +13,25 @@ __all__ = ["read_range", "read_to_end"]
 def read_range(
     url: str, topic: str, partition: int, start: int, end: int, *, timeout_s: float = 120.0
 ) -> Iterator[Message]:
-    """The messages at offsets ``[start, end)`` (from the earliest kept, if retention removed ``start``)."""
+    """The messages at offsets ``[start, end)`` (from the earliest kept, if retention removed ``start``).
+    Raises TimeoutError if ``timeout_s`` pass without one."""
     if start >= end:
         return
     deadline = time.monotonic() + timeout_s
+    following = start  # the offset after the last message yielded
     with Consumer(url, partitions=[(topic, partition)], wait_ms=200) as consumer:
         consumer.seek(topic, partition, start)
-        while consumer.position(topic, partition) < end:
+        # Count what was yielded, not the consumer's position: that is where it fetches next, past all it
+        # has buffered and not handed out yet.
+        while following < end:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}/{partition} [{start}, {end}) took over {timeout_s:.0f}s")
-            for message in consumer.poll(timeout=1.0):
-                if message.offset < end:
-                    yield message
+                raise TimeoutError(f"reading {topic}/{partition} [{start}, {end}): nothing for {timeout_s:.0f}s")
+            for message in consumer.poll(timeout=1.0, max_messages=10_000):
+                deadline = time.monotonic() + timeout_s
+                if message.offset >= end:
+                    return
+                following = message.offset + 1
+                yield message
 
 
 def read_to_end(url: str, topic: str, partition: int, start: int | None = None) -> Iterator[Message]:

@@ -4,9 +4,10 @@ written and before the checkpoint that covers them."""
 from __future__ import annotations
 
 from connectors.checkpoints import CheckpointStore
+from connectors.reading import read_range, read_to_end
 from connectors.source import SourceWriter
 from connectors.task import TaskStatus
-from talos import Admin
+from talos import Admin, Producer
 from tests.connectors.test_hdfs_source import read_topic
 
 
@@ -98,3 +99,14 @@ def test_a_second_crash_before_the_task_met_what_the_first_recovery_found_writes
     third.close()
     assert status.skipped == 2
     assert sorted(m.value for m in read_topic(talos_url, name)) == [b"a0", b"a1", b"b0", b"b1", b"b2"]
+
+
+def test_a_range_is_read_whole_even_when_one_fetch_brings_more_than_one_poll_hands_out(
+    talos_url: str, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=1)
+    with Producer(talos_url) as producer:
+        for n in range(3000):  # small records: one 1 MiB fetch holds them all, a poll hands out 500
+            producer.send(name, value=str(n).encode(), partition=0)
+    assert [m.offset for m in read_range(talos_url, name, 0, 100, 2900)] == list(range(100, 2900))
+    assert len(list(read_to_end(talos_url, name, 0))) == 3000

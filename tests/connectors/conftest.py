@@ -46,6 +46,16 @@ def name() -> str:
     return f"c{os.getpid()}x{next(_names)}"
 
 
+def one_connector(name: str, kind: str, settings: dict[str, Any], *, tasks: int = 1) -> dict[str, Any]:
+    """A runner configuration of one connector ``name`` whose topic is also ``name`` (status every second)."""
+    connector: dict[str, Any] = {"name": name, "type": kind, "tasks": tasks, "config": settings}
+    if kind.endswith("-sink"):
+        connector["topics"] = [name]
+    else:
+        connector["topic"] = name
+    return {"status_interval_s": 1, "connectors": [connector]}
+
+
 def talos_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``talos ARGS`` in a subprocess, its output captured."""
     return subprocess.run(

@@ -11,7 +11,7 @@ from opensearchpy import OpenSearch
 
 from talos import Admin, Producer
 from talos.devservices import SearchServer, wait_until
-from tests.connectors.conftest import Feeder, crash_loop
+from tests.connectors.conftest import Feeder, crash_loop, one_connector
 from tests.connectors.test_hdfs_sink import PARTITIONS, produce, topic_contents
 
 pytestmark = [pytest.mark.search]
@@ -41,10 +41,7 @@ def all_documents(client: OpenSearch, index: str) -> dict[str, dict[str, Any]]:
 
 def sink_config(name: str, search: SearchServer, **settings: Any) -> dict[str, Any]:
     config = {"hosts": [search.url], "index": f"{name}-{{yyyy.MM.dd}}", "session_timeout_s": 2, **settings}
-    return {
-        "status_interval_s": 1,
-        "connectors": [{"name": name, "type": "elasticsearch-sink", "topics": [name], "tasks": 2, "config": config}],
-    }
+    return one_connector(name, "elasticsearch-sink", config, tasks=2)
 
 
 @pytest.mark.slow
@@ -53,7 +50,7 @@ def test_kill_9_at_random_points_leaves_every_record_indexed_exactly_once(
 ) -> None:
     Admin(talos_url).create_topic(name, partitions=PARTITIONS)
     produce(talos_url, name, range(3000))
-    client = OpenSearch(hosts=[search.url])
+    client = OpenSearch(hosts=[search.url], timeout=60)
     runner = connect_runner(talos_url, sink_config(name, search, batch_size=40, flush_ms=200))
     batches = itertools.count(150)
 
@@ -92,7 +89,7 @@ def test_template_date_indices_and_non_json_values(
     config = sink_config(name, search, batch_size=10, flush_ms=100, template=template)
     config["connectors"][0]["tasks"] = 1
     runner = connect_runner(talos_url, config).start()
-    client = OpenSearch(hosts=[search.url])
+    client = OpenSearch(hosts=[search.url], timeout=60)
     wait_until(lambda: count(client, f"{name}-*") == 3, timeout=30, what="3 documents")
     assert runner.terminate() == 0
     assert client.indices.get_index_template(name=name)["index_templates"][0]["name"] == name
@@ -124,7 +121,7 @@ def test_documents_that_cannot_be_indexed_fail_the_task_or_are_skipped(
 
     config["connectors"][0]["config"]["on_error"] = "skip"
     skipping = connect_runner(talos_url, config).start()
-    client = OpenSearch(hosts=[search.url])
+    client = OpenSearch(hosts=[search.url], timeout=60)
     wait_until(lambda: skipping.tasks()[0]["skipped"] == 2, timeout=30, what="two documents skipped")
     wait_until(lambda: count(client, f"{name}-*") == 2, timeout=30, what="the two good documents")
     assert skipping.tasks()[0]["records"] == 2

@@ -15,7 +15,7 @@ from connectors.checkpoints import CheckpointStore
 from connectors.source import SOURCE_HEADER
 from talos import Admin
 from talos.devservices import SearchServer, wait_until
-from tests.connectors.conftest import Feeder, crash_loop
+from tests.connectors.conftest import Feeder, crash_loop, one_connector
 from tests.connectors.test_hdfs_source import read_topic, topic_count
 
 pytestmark = [pytest.mark.search]
@@ -31,22 +31,20 @@ class Index:
         client.indices.create(index=name, body={"mappings": {"properties": {"ts": {"type": "long"}}}})
 
     def add(self, count: int) -> None:
-        lines = []
-        for _ in range(count):
-            n = len(self.ids)
-            self.ids.append(f"doc-{n}")
-            lines.append(orjson.dumps({"index": {"_index": self.name, "_id": f"doc-{n}"}}))
-            lines.append(orjson.dumps({"ts": 1_700_000_000_000 + n // 3, "n": n}))  # ties: three per timestamp
-        answer = self.client.bulk(body=b"\n".join(lines) + b"\n", refresh=True)
-        assert not answer["errors"]
+        for start in range(0, count, 2000):  # bulks the search server indexes in well under its timeout
+            lines = []
+            for _ in range(min(2000, count - start)):
+                n = len(self.ids)
+                self.ids.append(f"doc-{n}")
+                lines.append(orjson.dumps({"index": {"_index": self.name, "_id": f"doc-{n}"}}))
+                lines.append(orjson.dumps({"ts": 1_700_000_000_000 + n // 3, "n": n}))  # ties: three per timestamp
+            answer = self.client.bulk(body=b"\n".join(lines) + b"\n", refresh=True)
+            assert not answer["errors"]
 
 
 def source_config(name: str, search: SearchServer, **settings: Any) -> dict[str, Any]:
     config = {"hosts": [search.url], "index": name, "timestamp_field": "ts", **settings}
-    return {
-        "status_interval_s": 1,
-        "connectors": [{"name": name, "type": "elasticsearch-source", "topic": name, "config": config}],
-    }
+    return one_connector(name, "elasticsearch-source", config)
 
 
 def check_exactly_once(url: str, name: str, ids: list[str]) -> None:
@@ -64,7 +62,7 @@ def test_kill_9_at_random_points_writes_every_document_exactly_once(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
     Admin(talos_url).create_topic(name, partitions=2)
-    index = Index(OpenSearch(hosts=[search.url]), name)
+    index = Index(OpenSearch(hosts=[search.url], timeout=60), name)
     index.add(30_000)
     runner = connect_runner(talos_url, source_config(name, search, follow=True, batch_size=200, poll_ms=100))
     steps = itertools.count()
@@ -83,7 +81,7 @@ def test_without_follow_the_runner_finishes_and_a_rerun_adds_only_new_documents(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
     Admin(talos_url).create_topic(name, partitions=2)
-    index = Index(OpenSearch(hosts=[search.url]), name)
+    index = Index(OpenSearch(hosts=[search.url], timeout=60), name)
     index.add(250)
     runner = connect_runner(talos_url, source_config(name, search, batch_size=100))
     for _ in range(2):
@@ -98,7 +96,7 @@ def test_following_finds_documents_with_the_newest_timestamp_that_became_searcha
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
     Admin(talos_url).create_topic(name, partitions=1)
-    client = OpenSearch(hosts=[search.url])
+    client = OpenSearch(hosts=[search.url], timeout=60)
     index = Index(client, name)
 
     def add(doc_id: str, ts: int | None) -> None:

@@ -16,7 +16,7 @@ from connectors.hdfs.files import parse_file_name
 from connectors.hdfs.sink import TMP_DIR
 from talos import Admin, Consumer, Producer
 from talos.devservices import HdfsCluster, wait_until
-from tests.connectors.conftest import Feeder, crash_loop
+from tests.connectors.conftest import Feeder, crash_loop, one_connector
 
 pytestmark = [pytest.mark.hdfs]
 
@@ -93,10 +93,7 @@ def check_exactly_once(client: InsecureClient, root: str, topic: str, url: str) 
 
 def sink_config(name: str, hdfs: HdfsCluster, **settings: Any) -> dict[str, Any]:
     config = {"namenode": hdfs.webhdfs_url, "path": f"/sink/{name}", "session_timeout_s": 2, **settings}
-    return {
-        "status_interval_s": 1,
-        "connectors": [{"name": name, "type": "hdfs-sink", "topics": [name], "tasks": 2, "config": config}],
-    }
+    return one_connector(name, "hdfs-sink", config, tasks=2)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from hdfs import InsecureClient
 from connectors.source import CONNECTOR_HEADER, SOURCE_HEADER
 from talos import Admin, Consumer, Message
 from talos.devservices import HdfsCluster, wait_until
-from tests.connectors.conftest import Feeder, crash_loop, talos_cli
+from tests.connectors.conftest import Feeder, crash_loop, one_connector, talos_cli
 
 pytestmark = [pytest.mark.hdfs]
 
@@ -36,10 +36,7 @@ def read_topic(url: str, topic: str) -> list[Message]:
 
 def source_config(name: str, hdfs: HdfsCluster, tasks: int = 2, **settings: Any) -> dict[str, Any]:
     config = {"namenode": hdfs.webhdfs_url, "path": f"/in/{name}", **settings}
-    return {
-        "status_interval_s": 1,
-        "connectors": [{"name": name, "type": "hdfs-source", "topic": name, "tasks": tasks, "config": config}],
-    }
+    return one_connector(name, "hdfs-source", config, tasks=tasks)
 
 
 class Files:

@@ -143,7 +143,7 @@ def test_an_unreachable_search_server_is_retried_until_it_comes_back(
     assert runner.alive()
     try:
         later.start()
-        client = OpenSearch(hosts=[later.url])
+        client = OpenSearch(hosts=[later.url], timeout=60)
         wait_until(lambda: count(client, f"{name}-*") == 300, timeout=60, what="the documents, once it is up")
         assert all(t["state"] == "running" and t["error"] is None for t in runner.tasks())
         assert runner.terminate() == 0

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 import orjson
 import urllib3
 
-from metering.store import COUNTERS, MinuteUsage, Window, rates
+from metering.store import COUNTERS, MINUTE_MS, SERIES_COUNTERS, MinuteUsage, Window, check_step, rates
 
 __all__ = ["DruidStore", "ingestion_spec"]
 
@@ -66,6 +66,12 @@ def _time_filter(window: Window) -> str:
     return (
         f"__time >= MILLIS_TO_TIMESTAMP({int(window.start_ms)}) AND __time < MILLIS_TO_TIMESTAMP({int(window.end_ms)})"
     )
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"Druid answered {value!r} where a number belongs")
+    return int(value)
 
 
 _SUMS = ", ".join(f'SUM("{c}") AS "{c}"' for c in COUNTERS) + ', MAX("latency_ms_max") AS "latency_ms_max"'
@@ -173,3 +179,31 @@ class DruidStore:
 
     def partition_rates(self, window: Window) -> dict[str, float]:
         return rates(self.top_partitions(window, 100_000), window)
+
+    def usage_series(
+        self, window: Window, *, tenant: str | None = None, topic: str | None = None, step_ms: int = MINUTE_MS
+    ) -> list[dict[str, object]]:
+        step = check_step(step_ms)
+        where = _time_filter(window)
+        parameters: dict[str, object] = {}
+        if tenant is not None:
+            where += " AND tenant = %(tenant)s"
+            parameters["tenant"] = tenant
+        if topic is not None:
+            where += " AND topic = %(topic)s"
+            parameters["topic"] = topic
+        sums = ", ".join(f'SUM("{c}") AS "{c}"' for c in SERIES_COUNTERS)
+        # Millisecond arithmetic, not TIME_FLOOR: a period like PT7M or PT90M floors within the hour or day,
+        # not to multiples of the step since the epoch, and the steps must match DuckDB's. MOD, not the %
+        # operator: pydruid fills parameters in with Python's % formatting, which would take a bare % as its own.
+        millis = "TIMESTAMP_TO_MILLIS(__time)"
+        rows = self._sql(
+            f'SELECT {millis} - MOD({millis}, {step}) AS time_ms, topic, {sums} FROM "{self.datasource}" '
+            f"WHERE {where} GROUP BY 1, 2 ORDER BY time_ms, topic",
+            parameters or None,
+        )
+        # The Protocol promises ints, and pydruid hands back whatever types the JSON held: pin them here.
+        return [
+            {"time_ms": _int(r["time_ms"]), "topic": r["topic"], **{c: _int(r[c]) for c in SERIES_COUNTERS}}
+            for r in rows
+        ]

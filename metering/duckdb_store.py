@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from metering.store import COLUMNS, COUNTERS, MinuteUsage, Window, rates
+from metering.store import COLUMNS, COUNTERS, MINUTE_MS, SERIES_COUNTERS, MinuteUsage, Window, check_step, rates
 
 __all__ = ["DuckDbStore"]
 
@@ -114,3 +114,24 @@ class DuckDbStore:
 
     def partition_rates(self, window: Window) -> dict[str, float]:
         return rates(self.top_partitions(window, 1_000_000), window)
+
+    def usage_series(
+        self, window: Window, *, tenant: str | None = None, topic: str | None = None, step_ms: int = MINUTE_MS
+    ) -> list[dict[str, object]]:
+        step = check_step(step_ms)
+        where = "minute_ms >= ? AND minute_ms < ?"
+        params: list[Any] = [step, window.start_ms, window.end_ms]
+        if tenant is not None:
+            where += " AND tenant = ?"
+            params.append(tenant)
+        if topic is not None:
+            where += " AND topic = ?"
+            params.append(topic)
+        sums = ", ".join(f"sum({c}) AS {c}" for c in SERIES_COUNTERS)
+        return self._rows(
+            # The bucket is epoch-aligned by construction (minute_ms is never negative), the same steps Druid
+            # forms, so a chart does not shift when the window's start moves.
+            f"SELECT minute_ms - minute_ms % CAST(? AS BIGINT) AS time_ms, topic, {sums} FROM usage_minute "
+            f"WHERE {where} GROUP BY time_ms, topic ORDER BY time_ms, topic",
+            params,
+        )

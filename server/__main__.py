@@ -36,6 +36,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML file ([server] table); env TALOS_CONFIG")
     parser.add_argument("--group-commit", choices=["on", "off"], help="one flush per partition for all queued requests")
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    parser.add_argument(
+        "--auth",
+        choices=["auto", "on", "off"],
+        help="bearer tokens required (auto: on in cluster mode, off standalone; env TALOS_AUTH). "
+        "The admin token comes from TALOS_ADMIN_TOKEN or the config file, never a flag (flags show in ps)",
+    )
 
 
 def _seconds(text: str) -> float:
@@ -86,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     group_commit = None if args.group_commit is None else args.group_commit == "on"
-    flags: dict[str, Any] = {"host": args.host, "port": args.port, "group_commit": group_commit}
+    flags: dict[str, Any] = {"host": args.host, "port": args.port, "group_commit": group_commit, "auth": args.auth}
     if args.command == "standalone":
         flags["storage"] = args.storage or args.data_dir
     else:
@@ -107,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             config.validate_cluster()
         elif config.clustered:
             raise ValueError("standalone does not use ZooKeeper: unset TALOS_ZK or run `talos server`")
+        config.validate_auth()
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     handler = logging.StreamHandler(sys.stderr)

@@ -23,15 +23,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from fencing import OffsetOutOfRangeError
-from server import messages, metrics
+from server import messages, metrics, portal
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
-from server.fastpath import FastPath, read_body
+from server.fastpath import FastPath, authorize_message, read_body
 from server.groups import GroupCoordinator
 from server.groups import api as groups_api
 from server.messages import BATCH_CONTENT_TYPE
+from server.portal import pages as portal_pages
 from server.reply import as_response, json_response
+from server.security import api as security_api
+from server.security import audit
+from server.security.access import Principal, actions_on
+from server.security.api import principal
+from server.security.state import QUOTA_FIELDS
 from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
 from server.usage_emitter import UsageEmitter
 
@@ -45,6 +51,7 @@ class TopicCreate(BaseModel):
     partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
     retention_ms: int | None = Field(None, ge=0)
     retention_bytes: int | None = Field(None, ge=0)
+    tenant: str | None = Field(None, description="the owner (the admin only; a tenant's topics are its own)")
 
 
 class ProducerInit(BaseModel):
@@ -113,6 +120,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.broker = broker
         app.state.coordinator = coordinator = GroupCoordinator(broker)
         maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator))
+        refreshing = asyncio.get_running_loop().create_task(broker.security.run())
         emitter = UsageEmitter(broker, broker.usage)
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
         gc.collect()
@@ -125,6 +133,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             maintenance.cancel()
+            refreshing.cancel()
             if emitting is not None:
                 emitting.cancel()
                 await emitter.close()
@@ -141,7 +150,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         return broker_holder["broker"]
 
     @app.exception_handler(ApiError)
-    async def api_error(_request: Request, exc: ApiError) -> Response:
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        if request.url.path.startswith("/portal"):
+            return portal_pages.error_page(exc)
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -193,9 +204,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         return json_response(member.describe())
 
     @app.get("/v1/routes", tags=["cluster"], summary="Partition → owner URL (for client-side addressing)")
-    async def routes(topic: str | None = None) -> Response:
+    async def routes(request: Request, topic: str | None = None) -> Response:
         b = broker()
-        topics = [b.topic(topic)] if topic is not None else b.list_topics()
+        who = principal(request)
+        topics = [readable_topic(who, topic)] if topic is not None else [t for t in b.list_topics() if visible(who, t)]
         table: dict[str, list[dict[str, object]]] = {}
         for described in topics:
             entries = []
@@ -216,21 +228,61 @@ def create_app(config: ServerConfig) -> FastAPI:
     def topic_json(topic: TopicConfig) -> dict[str, object]:
         return topic.to_json()
 
+    def check_partition_quota(tenant: str | None, topic: str | None, partitions: int) -> None:
+        """Partition count quotas: the tenant's total over its topics, and a topic's own limit."""
+        security = broker().security
+        if tenant is not None and (entry := security.state.tenants.get(tenant)) is not None:
+            limit = entry.quota.partitions
+            used = sum(t.partitions for t in broker().list_topics() if t.tenant == tenant and t.name != topic)
+            if limit is not None and used + partitions > limit:
+                raise partition_quota(
+                    f"tenant {tenant!r} would have {used + partitions} partitions; its quota is {limit}"
+                )
+        topic_limit = security.state.topic_quota(topic).partitions if topic is not None else None
+        if topic_limit is not None and partitions > topic_limit:
+            raise partition_quota(f"topic {topic!r} would have {partitions} partitions; its quota is {topic_limit}")
+
+    def visible(who: Principal, topic: TopicConfig) -> bool:
+        security = broker().security
+        return not security.enabled or bool(actions_on(who, security.state, topic.name, topic.tenant))
+
+    def readable_topic(who: Principal, name: str) -> TopicConfig:
+        config = broker().topic(name)
+        if not visible(who, config):
+            raise ApiError(403, "FORBIDDEN", f"tenant {who.name!r} may not see topic {name[:300]!r}")
+        return config
+
     @app.post("/v1/topics", status_code=201, tags=["topics"], summary="Create a topic")
-    async def create_topic(body: TopicCreate) -> Response:
+    async def create_topic(body: TopicCreate, request: Request) -> Response:
+        who = principal(request)
         validate_topic_name(body.name)
+        if body.tenant is not None and not who.admin:
+            raise ApiError(403, "FORBIDDEN", "only the admin names a topic's tenant; a tenant's topics are its own")
+        security = broker().security
+        if body.name.startswith("__"):  # a shared internal topic clients may create: nobody's
+            tenant = None
+            security.authorize(who, body.name, "produce")
+        else:
+            tenant = who.tenant if who.tenant is not None else body.tenant
+            if tenant is not None:
+                security.state.tenant(tenant)  # 404 for an unknown tenant
+        check_partition_quota(tenant, None, body.partitions)
         created = await broker().create_topic(
-            TopicConfig(body.name, body.partitions, body.retention_ms, body.retention_bytes)
+            TopicConfig(body.name, body.partitions, body.retention_ms, body.retention_bytes, tenant=tenant)
+        )
+        await audit.record(
+            broker(), who, "topic.create", body.name, tenant=tenant, detail=f"{body.partitions} partitions"
         )
         return json_response(topic_json(created), 201)
 
-    @app.get("/v1/topics", tags=["topics"], summary="List topics")
-    async def list_topics() -> Response:
-        return json_response({"topics": [topic_json(t) for t in broker().list_topics()]})
+    @app.get("/v1/topics", tags=["topics"], summary="List topics (a tenant sees those it may use)")
+    async def list_topics(request: Request) -> Response:
+        who = principal(request)
+        return json_response({"topics": [topic_json(t) for t in broker().list_topics() if visible(who, t)]})
 
     @app.get("/v1/topics/{topic}", tags=["topics"], summary="Describe a topic with its partitions' offsets")
-    async def describe_topic(topic: str) -> Response:
-        config = broker().topic(topic)
+    async def describe_topic(topic: str, request: Request) -> Response:
+        config = readable_topic(principal(request), topic)
 
         async def detail(index: int) -> dict[str, object]:
             reply = await messages.offsets(broker(), topic, index, {}, {})
@@ -249,17 +301,29 @@ def create_app(config: ServerConfig) -> FastAPI:
         return json_response({**topic_json(config), "partitions_detail": partitions})
 
     @app.patch("/v1/topics/{topic}", tags=["topics"], summary="Add partitions or change retention")
-    async def patch_topic(topic: str, body: TopicPatch) -> Response:
+    async def patch_topic(topic: str, body: TopicPatch, request: Request) -> Response:
+        who = principal(request)
         current = broker().topic(topic)
+        broker().security.authorize(who, current, "admin")
         if body.partitions is not None and body.partitions < current.partitions:
             raise ApiError(400, "INVALID_REQUEST", f"partitions can only grow (now {current.partitions})")
+        if body.partitions is not None:
+            check_partition_quota(current.tenant, topic, body.partitions)
         changes = body.model_dump(exclude_unset=True)
         updated = await broker().update_topic(topic, **changes)
+        detail = ", ".join(f"{k}={v}" for k, v in changes.items())
+        await audit.record(broker(), who, "topic.update", topic, tenant=current.tenant, detail=detail)
         return json_response(topic_json(updated))
 
     @app.delete("/v1/topics/{topic}", status_code=204, tags=["topics"], summary="Delete a topic and its data")
-    async def delete_topic(topic: str) -> Response:
+    async def delete_topic(topic: str, request: Request) -> Response:
+        who = principal(request)
+        current = broker().topic(topic)
+        broker().security.authorize(who, current, "admin")
         await broker().delete_topic(topic)
+        if topic in broker().security.state.topic_quotas:  # a new topic of the same name starts unlimited
+            await broker().security.change(lambda s: s.set_quota(None, topic, dict.fromkeys(QUOTA_FIELDS)))
+        await audit.record(broker(), who, "topic.delete", topic, tenant=current.tenant)
         return Response(status_code=204)
 
     # ---------------------------------------------------------------- idempotent producers
@@ -288,6 +352,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.post("/v1/topics/{topic}/messages", tags=["messages"], summary="Produce", openapi_extra=_PRODUCE_SCHEMA)
     async def produce(topic: str, request: Request) -> Response:
+        authorize_message(broker(), principal(request), topic, "produce")
         body = await read_request_body(request, broker().config.max_request_bytes)
         return as_response(await messages.produce(broker(), topic, None, request.headers, request.query_params, body))
 
@@ -298,6 +363,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         openapi_extra=_PRODUCE_SCHEMA,
     )
     async def produce_partition(topic: str, partition: int, request: Request) -> Response:
+        authorize_message(broker(), principal(request), topic, "produce")
         body = await read_request_body(request, broker().config.max_request_bytes)
         reply = await messages.produce(broker(), topic, partition, request.headers, request.query_params, body)
         return as_response(reply)
@@ -308,14 +374,22 @@ def create_app(config: ServerConfig) -> FastAPI:
         summary="Fetch from an offset (JSON, or raw batches with Accept: application/vnd.talos.batch)",
     )
     async def fetch(topic: str, partition: int, request: Request) -> Response:
+        authorize_message(broker(), principal(request), topic, "fetch")
         return as_response(await messages.fetch(broker(), topic, partition, request.headers, request.query_params))
 
     @app.get("/v1/topics/{topic}/partitions/{partition}/offsets", tags=["messages"], summary="Offsets, by time")
     async def offsets(topic: str, partition: int, request: Request) -> Response:
+        authorize_message(broker(), principal(request), topic, "offsets")
         return as_response(await messages.offsets(broker(), topic, partition, request.headers, request.query_params))
 
     app.include_router(groups_api.router)
+    app.include_router(security_api.router)
+    app.include_router(portal.router)
     return app
+
+
+def partition_quota(message: str) -> ApiError:
+    return ApiError(429, "PARTITION_QUOTA_EXCEEDED", f"{message}; ask for more in the portal (/portal)")
 
 
 async def _maintain(broker: Broker, coordinator: GroupCoordinator) -> None:

@@ -28,9 +28,12 @@ from server.forwarding import Forwarder
 from server.partition import LoadedPartition, as_api_error, load_producer_states
 from server.producer_ids import ProducerIds, StorageProducerIds
 from server.producers import ProducerStates
+from server.security.guard import Security
+from server.security.store import SecurityStore
 from server.tailcache import TailCache
 from server.topics import INTERNAL_NAME, TOPIC_NAME, TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
 from server.usage import UsageMeter
+from server.usage_history import UsageHistory
 
 __all__ = ["Broker", "NotOwnerError"]
 
@@ -68,8 +71,10 @@ class Broker:
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0)
+        self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0, admin_token=config.admin_token)
         self.usage = UsageMeter()
+        self.history = UsageHistory()
+        self.security: Security
         # Called after the ring moved partitions away or the session was lost: whatever else this server
         # serves by the ring (group coordination) lets go of what it no longer owns.
         self.ownership_listeners: list[Callable[[], Coroutine[Any, Any, None]]] = []
@@ -85,6 +90,9 @@ class Broker:
                 broker.topics = TopicStore(broker.fs, broker.root)
                 broker.producer_ids = await broker._io(StorageProducerIds, broker.fs, broker.root)
                 broker._topics = {t.name: t for t in await broker._io(broker.topics.list)}
+            store = await broker._io(SecurityStore, broker.fs, broker.root)
+            broker.security = Security(config, store, broker.executor, broker)
+            await broker.security.reload()
         except BaseException:
             await broker.close()
             raise
@@ -234,6 +242,9 @@ class Broker:
     def owner(self, topic: str, index: int) -> Owner:
         """Who serves the partition now (this server when standalone)."""
         return self.owner_of(partition_key(topic, index))
+
+    def owns(self, topic: str, index: int) -> bool:
+        return self.owner(topic, index).local
 
     def owner_of(self, key: str) -> Owner:
         """Who the ring gives ``key`` now (this server when standalone)."""

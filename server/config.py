@@ -44,6 +44,11 @@ class ServerConfig:
     # Ring weights from the metering store: a DuckDB file, or druid:http://host:port ("" = unweighted ring).
     metering_store: str = ""
     reweigh_every_s: float = 3600.0  # how often the ring keeper looks at the last day's traffic
+    # Tenants and tokens: "auto" = on in cluster mode, off standalone; "on"; "off" (anyone is the admin).
+    auth: str = "auto"
+    admin_token: str = ""  # the bearer token of the admin (required when auth is on); better set by environment
+    security_refresh_s: float = 2.0  # how often each server re-reads tenants, tokens, grants and quotas
+    portal_secret: str = ""  # signs portal sessions; default: derived from admin_token (or random per process)
     log_level: str = "info"
     access_log: bool = False
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).
@@ -60,6 +65,17 @@ class ServerConfig:
     @property
     def clustered(self) -> bool:
         return bool(self.zk)
+
+    @property
+    def auth_enabled(self) -> bool:
+        if self.auth not in ("auto", "on", "off"):
+            raise ValueError(f"auth: expected auto, on or off, got {self.auth!r}")
+        return self.auth == "on" or (self.auth == "auto" and self.clustered)
+
+    def validate_auth(self) -> None:
+        """Auth on needs the admin token (how else would the first tenant be made?)."""
+        if self.auth_enabled and not self.admin_token:
+            raise ValueError("auth is on (always in cluster mode): set admin_token (TALOS_ADMIN_TOKEN), or auth=off")
 
     @property
     def url(self) -> str:

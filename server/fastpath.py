@@ -19,8 +19,15 @@ from server import messages
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.reply import Reply
+from server.security.access import Principal
+from server.usage import TENANT_HEADER
 
-__all__ = ["FastPath", "read_body"]
+__all__ = ["FastPath", "PUBLIC_PATHS", "authorize_message", "read_body"]
+
+# Answered without a token: probes, metrics, the API's documentation, and the portal (its own sign-in).
+PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/portal", "/favicon.ico")
+_MESSAGE_ACTIONS = {"produce": "produce", "fetch": "consume", "offsets": "consume"}
+MAX_ADMIN_BODY = 1024 * 1024  # everything but produce: topics, groups, tenants, portal forms
 
 log = logging.getLogger("talos.server")
 Scope = MutableMapping[str, Any]
@@ -52,6 +59,16 @@ async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def authorize_message(broker: Broker, principal: Principal, topic: str, kind: str) -> None:
+    """403 unless the principal may produce (``kind`` produce) or consume (fetch, offsets) the topic."""
+    if broker.security.enabled:
+        broker.security.authorize(principal, broker.topic(topic), _MESSAGE_ACTIONS[kind])
+
+
+def _public(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in PUBLIC_PATHS)
+
+
 class FastPath:
     def __init__(self, app: ASGIApp, broker: Callable[[], Broker]) -> None:
         self.app = app
@@ -60,6 +77,14 @@ class FastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if _public(scope["path"]):
+            await self._pass_on(scope, receive, send)
+            return
+        try:
+            principal = await self._authenticate(scope)
+        except ApiError as exc:
+            await _send(send, _error(exc))
             return
         parts = scope["path"].split("/")
         # ['', 'v1', 'topics', T, 'messages'] or ['', 'v1', 'topics', T, 'partitions', P, 'messages'|'offsets']
@@ -88,12 +113,13 @@ class FastPath:
         else:
             kind = ""
         if not kind:
-            await self.app(scope, receive, send)
+            await self._pass_on(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
         try:
             broker = self._broker()
+            authorize_message(broker, principal, topic, kind)
             if kind == "produce":
                 body = await read_body(receive, broker.config.max_request_bytes, headers.get("content-length"))
                 reply = await messages.produce(broker, topic, partition, headers, query, body)
@@ -112,10 +138,50 @@ class FastPath:
         except Exception as exc:
             log.exception("unexpected error")
             reply = _error(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
-        raw_headers = [
-            (b"content-type", reply.content_type.encode()),
-            (b"content-length", str(len(reply.body)).encode()),
-        ]
-        raw_headers += [(k.encode(), v.encode()) for k, v in reply.headers.items()]
-        await send({"type": "http.response.start", "status": reply.status, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": reply.body})
+        await _send(send, reply)
+
+    async def _pass_on(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Hand the request to FastAPI with its body read first, refusing (413) one over
+        :data:`MAX_ADMIN_BODY`: its routes read whole bodies, and none of them needs a large one."""
+        declared = dict(scope["headers"]).get(b"content-length", b"").decode("latin-1") or None
+        try:
+            body = await read_body(receive, MAX_ADMIN_BODY, declared)
+        except ApiError as exc:
+            await _send(send, _error(exc))
+            return
+        except ConnectionResetError:
+            return
+        replayed = False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # only a disconnect can come now
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _authenticate(self, scope: Scope) -> Principal:
+        """Who asks; the tenant header becomes the authenticated tenant's (only the admin may name one, as
+        servers do when they write on a tenant's behalf), and the principal is kept for the routes."""
+        raw = scope["headers"]
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+        principal = await self._broker().security.authenticate(headers)
+        if principal.tenant is not None:
+            tenant = principal.tenant.encode()
+            scope["headers"] = [(k, v) for k, v in raw if k != TENANT_HEADER.encode()] + [
+                (TENANT_HEADER.encode(), tenant)
+            ]
+        scope.setdefault("state", {})["principal"] = principal
+        return principal
+
+
+async def _send(send: Send, reply: Reply) -> None:
+    raw_headers = [
+        (b"content-type", reply.content_type.encode()),
+        (b"content-length", str(len(reply.body)).encode()),
+    ]
+    raw_headers += [(k.encode(), v.encode()) for k, v in reply.headers.items()]
+    await send({"type": "http.response.start", "status": reply.status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": reply.body})

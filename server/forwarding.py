@@ -31,8 +31,11 @@ def _unavailable(code: str, message: str) -> ApiError:
 
 
 class Forwarder:
-    def __init__(self, *, max_hops: int, timeout_s: float, pool_size: int = 64) -> None:
+    def __init__(self, *, max_hops: int, timeout_s: float, pool_size: int = 64, admin_token: str = "") -> None:
         self._max_hops = max_hops
+        # The servers' own requests (internal topics, group coordination) carry no client's token: they
+        # go as the admin, on behalf of the tenant named in x-talos-tenant, if any.
+        self._own_authorization = f"Bearer {admin_token}" if admin_token else None
         self._timeout_s = timeout_s
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
@@ -75,6 +78,8 @@ class Forwarder:
             raise _unavailable("TOO_MANY_HOPS", f"forwarded {hops} times: the ring is changing; retry")
         out = {k: v for k in _PASS_REQUEST if (v := headers.get(k)) is not None}
         out[HOPS_HEADER] = str(hops + 1)
+        if "authorization" not in out and self._own_authorization is not None:
+            out["authorization"] = self._own_authorization
         try:
             async with self._get_session().request(
                 method,

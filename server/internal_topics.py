@@ -59,9 +59,12 @@ async def bounds(broker: Broker, topic: str, partition: int) -> tuple[int, int]:
     return int(doc["earliest"]), int(doc["latest"])
 
 
-async def read_all(broker: Broker, topic: str, partition: int) -> list[tuple[int, bytes | None, bytes | None]]:
-    """Every record (offset, key, value) from the earliest offset to the high watermark, in order."""
+async def read_all(
+    broker: Broker, topic: str, partition: int, *, start: int | None = None
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record (offset, key, value) from the earliest offset (or ``start``) to the high watermark."""
     offset, end = await bounds(broker, topic, partition)
+    offset = max(offset, start or 0)
     out: list[tuple[int, bytes | None, bytes | None]] = []
     accept = {"accept": BATCH_CONTENT_TYPE}
     while offset < end:

@@ -25,6 +25,8 @@ from server.errors import ApiError
 from server.forwarding import HOPS_HEADER
 from server.partition import LoadedPartition, ProduceResult
 from server.reply import JSON, Reply, answer_of
+from server.security.buckets import TokenBucket
+from server.security.guard import charge
 from server.usage import TENANT_HEADER, tenant_of
 from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key, read_header
 
@@ -152,7 +154,7 @@ async def _forward_batch(
     durable: bool,
     headers: Mapping[str, str],
 ) -> ProduceResult:
-    passed = {k: v for k, v in headers.items() if k in (HOPS_HEADER, TENANT_HEADER)}
+    passed = {k: v for k, v in headers.items() if k in (HOPS_HEADER, TENANT_HEADER, "authorization")}
     passed["content-type"] = BATCH_CONTENT_TYPE
     query = {"acks": "durable" if durable else "accepted"}
     reply = await _forward(broker, owner, "POST", topic, partition, "messages", passed, query, bytes(batch))
@@ -174,6 +176,14 @@ def _metered(broker: Broker, headers: Mapping[str, str], topic: str, partition: 
         broker.usage.record(key, started=started, error=True)
         raise
     broker.usage.record(key, started=started, sizes=sizes)
+
+
+def _admit(broker: Broker, headers: Mapping[str, str], topic: str, kind: str) -> list[TokenBucket]:
+    """Rate quotas, on the partition's owner (429 when over); the byte buckets to charge afterwards.
+    The servers' own topics are not limited: their writes are not a tenant's traffic."""
+    if topic.startswith("__"):
+        return []
+    return broker.security.admit(tenant_of(headers), topic, kind)
 
 
 def partition_path(topic: str, partition: int, leaf: str) -> str:
@@ -227,6 +237,8 @@ async def _produce_json(
     producer = _idempotence(doc)
     if producer and len(groups) > 1:
         raise ApiError(400, "INVALID_REQUEST", "an idempotent request (producer_id) must go to one partition")
+    # Admitted once, before any partition is written: a 429 must not leave part of the request stored.
+    buckets = _admit(broker, headers, topic, "produce") if any(broker.owns(topic, p) for p in groups) else []
 
     async def commit(partition: int, items: list[tuple[int, RecordData]]) -> ProduceResult:
         # Encoded here, so the log need not check the CRC a second time.
@@ -237,6 +249,7 @@ async def _produce_json(
             return await _forward_batch(broker, exc.owner, topic, partition, batch, durable, headers)
         with _metered(broker, headers, topic, partition) as usage:
             usage.update(bytes_in=len(batch), messages_in=len(items))
+            charge(buckets, len(batch))
             return await loaded.produce(batch, durable=durable, verify=False)
 
     if len(groups) == 1:  # the common case: no gather
@@ -272,8 +285,10 @@ async def _produce_batches(
         raise ApiError(400, "INVALID_REQUEST", "the body holds no record batch")
     view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
     records = sum(count for *_, count in spans)
+    buckets = _admit(broker, headers, topic, "produce")
     with _metered(broker, headers, topic, partition) as usage:
         usage.update(bytes_in=len(body), messages_in=records)
+        charge(buckets, len(body))
         answers: list[ProduceResult] = await asyncio.gather(
             *(loaded.produce(bytearray(view[pos : pos + size]), durable=durable) for pos, size, _ in spans)
         )
@@ -351,9 +366,13 @@ async def fetch(
     except NotOwnerError as exc:
         owner = exc.owner
         return await _forward(broker, owner, "GET", topic, partition, "messages", headers, query, None, wait_ms / 1000)
+    buckets = _admit(broker, headers, topic, "fetch")
+    if buckets:  # read no more than the quota has left (at least one batch), so a fetch overdraws little
+        max_bytes = max(1, min(max_bytes, int(min(b.tokens for b in buckets))))
     with _metered(broker, headers, topic, partition) as usage:
         result = await loaded.fetch(offset, max_bytes, wait_ms)
         size = sum(len(b) for b in result.batches)
+        charge(buckets, size)
         usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in result.batches))
     metrics.fetched(topic, size)
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
@@ -373,6 +392,7 @@ async def offsets(
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
         return await _forward(broker, exc.owner, "GET", topic, partition, "offsets", headers, query)
+    _admit(broker, headers, topic, "offsets")
     answer = {
         "partition": partition,
         "earliest": loaded.log.start_offset,

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTENT_TYPE",
+    "denied",
     "fetched",
     "forwarded",
     "group_committed",
@@ -18,6 +19,7 @@ __all__ = [
     "groups_coordinated",
     "misdirected",
     "produced",
+    "throttled",
     "read_from",
     "render",
     "took_over",
@@ -49,6 +51,16 @@ _group_rebalances = Counter(
 )
 _groups = Gauge("talos_groups_coordinated", "Consumer groups this server coordinates", registry=REGISTRY)
 
+_denied = Counter(
+    "talos_auth_denied", "Requests refused: unauthenticated (401) or forbidden (403)", ["status"], registry=REGISTRY
+)
+_throttled = Counter(
+    "talos_quota_throttled",
+    "Requests refused over a rate quota (429), by what limited them",
+    ["scope", "resource"],
+    registry=REGISTRY,
+)
+
 _usage_bytes = Counter(
     "talos_usage_bytes",
     "Bytes in and out, by tenant/topic/partition (at the owner)",
@@ -75,6 +87,14 @@ def usage(key: tuple[str, str, int], size: int, messages: int, error: bool) -> N
     _usage_messages.labels(*labels).inc(messages)
     if error:
         _usage_errors.labels(*labels).inc()
+
+
+def denied(status: int) -> None:
+    _denied.labels(str(status)).inc()
+
+
+def throttled(scope: str, resource: str) -> None:
+    _throttled.labels(scope, resource).inc()
 
 
 def group_committed() -> None:

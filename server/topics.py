@@ -64,6 +64,7 @@ class TopicConfig:
     retention_bytes: int | None = None
     version: int = 1
     created_ms: int = 0
+    tenant: str | None = None  # the owner; None for internal topics and topics made with auth off
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -40,6 +40,7 @@ class UsageEmitter:
         if not self._pending:
             counts = self._meter.take()
             now_ms = int(time.time() * 1000)
+            broker.history.add(counts, now_ms)
             self._pending = usage_records(config.member_id, self._window_start_ms, now_ms, counts)
             self._window_start_ms = now_ms
         if not self._pending:

@@ -25,6 +25,7 @@ from talos._codec import (
 from talos._consumer import AsyncConsumer, Consumer, Message
 from talos._errors import (
     ApiError,
+    AuthenticationError,
     BatchError,
     CommitFailedError,
     ConflictError,
@@ -33,6 +34,7 @@ from talos._errors import (
     MisdirectedError,
     NotFoundError,
     OffsetOutOfRangeError,
+    PermissionDeniedError,
     QuotaExceededError,
     TalosError,
     TransportError,
@@ -53,6 +55,7 @@ __all__ = [
     "Admin",
     "AiohttpTransport",
     "ApiError",
+    "AuthenticationError",
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncFunctionTransport",
@@ -71,6 +74,7 @@ __all__ = [
     "PartitionInfo",
     "Producer",
     "ProducerClosedError",
+    "PermissionDeniedError",
     "QuotaExceededError",
     "Record",
     "RecordData",

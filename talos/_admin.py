@@ -6,14 +6,23 @@ classes only differ in how they send it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
-from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+from talos._admin_call import Call as _Call
+from talos._tenants import SecurityCalls as calls
+from talos._transport import (
+    AiohttpTransport,
+    AsyncTransport,
+    Transport,
+    Urllib3Transport,
+    authorized,
+    authorized_async,
+    check,
+)
 
 __all__ = ["Admin", "AsyncAdmin", "PartitionInfo", "TopicInfo", "DEFAULT_URL"]
 
@@ -56,15 +65,6 @@ class TopicInfo:
             data.get("created_ms", 0),
             detail,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    method: str
-    path: str
-    read: Callable[[Response], Any]
-    body: bytes | None = None
-    params: dict[str, str | int] | None = None
 
 
 def _topic_path(name: str) -> str:
@@ -135,10 +135,17 @@ class Admin:
     >>> admin.create_topic("orders", partitions=8)
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 30.0, transport: Transport | None = None) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        transport: Transport | None = None,
+        token: str | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
-        self._transport = transport or Urllib3Transport(timeout=timeout)
+        self._transport = authorized(transport or Urllib3Transport(timeout=timeout), token)
 
     def _call(self, call: _Call) -> Any:
         response = self._transport.request(
@@ -208,16 +215,93 @@ class Admin:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    # ---------------------------------------------------------------- tenants, tokens, grants, quotas
+    # The admin token manages everything; a tenant's token manages its own tokens, grants on its topics,
+    # reads its quotas and asks for more.
+
+    def whoami(self) -> dict[str, Any]:
+        """``{"tenant", "admin", "token_id", "auth"}`` of the token this client sends."""
+        return self._call(calls.whoami())  # type: ignore[no-any-return]
+
+    def create_tenant(
+        self, name: str, *, description: str = "", quota: dict[str, float] | None = None
+    ) -> dict[str, Any]:
+        return self._call(calls.create_tenant(name, description, quota))  # type: ignore[no-any-return]
+
+    def list_tenants(self) -> list[dict[str, Any]]:
+        return self._call(calls.list_tenants())  # type: ignore[no-any-return]
+
+    def delete_tenant(self, name: str) -> None:
+        self._call(calls.delete_tenant(name))
+
+    def create_token(self, tenant: str, *, name: str = "") -> dict[str, Any]:
+        """A new token of ``tenant``; ``["token"]`` is the secret, shown this once."""
+        return self._call(calls.create_token(tenant, name))  # type: ignore[no-any-return]
+
+    def list_tokens(self, tenant: str) -> list[dict[str, Any]]:
+        return self._call(calls.list_tokens(tenant))  # type: ignore[no-any-return]
+
+    def revoke_token(self, tenant: str, token_id: str) -> None:
+        self._call(calls.revoke_token(tenant, token_id))
+
+    def grant(self, topic: str, tenant: str, actions: list[str]) -> dict[str, Any]:
+        """Let ``tenant`` produce / consume / admin ``topic`` (a name, ``prefix*`` or ``*``)."""
+        return self._call(calls.grant(topic, tenant, actions))  # type: ignore[no-any-return]
+
+    def revoke(self, topic: str, tenant: str, actions: list[str] | None = None) -> None:
+        self._call(calls.revoke(topic, tenant, actions))
+
+    def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        return self._call(calls.list_acls(topic, tenant))  # type: ignore[no-any-return]
+
+    def quotas(self, tenant: str) -> dict[str, Any]:
+        return self._call(calls.quotas(tenant))  # type: ignore[no-any-return]
+
+    def set_quota(
+        self, *, tenant: str | None = None, topic: str | None = None, **limits: float | None
+    ) -> dict[str, Any]:
+        """Set limits (``produce_bytes_per_s``, ``fetch_bytes_per_s``, ``requests_per_s``, ``partitions``;
+        None = unlimited) of a tenant or a topic."""
+        return self._call(calls.set_quota(tenant, topic, limits))  # type: ignore[no-any-return]
+
+    def request_quota(
+        self,
+        resource: str,
+        requested: float,
+        *,
+        topic: str | None = None,
+        tenant: str | None = None,
+        justification: str = "",
+    ) -> dict[str, Any]:
+        """Ask for a new limit; the answer holds the decision (``status``, ``reason``)."""
+        call = calls.request_quota(resource, requested, topic, tenant, justification)
+        return self._call(call)  # type: ignore[no-any-return]
+
+    def quota_requests(self, *, status: str | None = None) -> list[dict[str, Any]]:
+        return self._call(calls.quota_requests(status))  # type: ignore[no-any-return]
+
+    def decide_quota_request(self, request_id: int, *, approve: bool, reason: str = "") -> dict[str, Any]:
+        return self._call(calls.decide(request_id, approve, reason))  # type: ignore[no-any-return]
+
+    def audit(self, *, limit: int = 200) -> list[dict[str, Any]]:
+        """The audit log, newest first."""
+        return self._call(calls.audit(limit))  # type: ignore[no-any-return]
+
 
 class AsyncAdmin:
     """The asyncio twin of :class:`Admin`."""
 
     def __init__(
-        self, url: str = DEFAULT_URL, *, timeout: float = 30.0, transport: AsyncTransport | None = None
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 30.0,
+        transport: AsyncTransport | None = None,
+        token: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
-        self._transport = transport or AiohttpTransport(timeout=timeout)
+        self._transport = authorized_async(transport or AiohttpTransport(timeout=timeout), token)
 
     async def _call(self, call: _Call) -> Any:
         response = await self._transport.request(
@@ -278,3 +362,75 @@ class AsyncAdmin:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
+
+    # ---------------------------------------------------------------- tenants, tokens, grants, quotas
+    # The admin token manages everything; a tenant's token manages its own tokens, grants on its topics,
+    # reads its quotas and asks for more.
+
+    async def whoami(self) -> dict[str, Any]:
+        """``{"tenant", "admin", "token_id", "auth"}`` of the token this client sends."""
+        return await self._call(calls.whoami())  # type: ignore[no-any-return]
+
+    async def create_tenant(
+        self, name: str, *, description: str = "", quota: dict[str, float] | None = None
+    ) -> dict[str, Any]:
+        return await self._call(calls.create_tenant(name, description, quota))  # type: ignore[no-any-return]
+
+    async def list_tenants(self) -> list[dict[str, Any]]:
+        return await self._call(calls.list_tenants())  # type: ignore[no-any-return]
+
+    async def delete_tenant(self, name: str) -> None:
+        await self._call(calls.delete_tenant(name))
+
+    async def create_token(self, tenant: str, *, name: str = "") -> dict[str, Any]:
+        """A new token of ``tenant``; ``["token"]`` is the secret, shown this once."""
+        return await self._call(calls.create_token(tenant, name))  # type: ignore[no-any-return]
+
+    async def list_tokens(self, tenant: str) -> list[dict[str, Any]]:
+        return await self._call(calls.list_tokens(tenant))  # type: ignore[no-any-return]
+
+    async def revoke_token(self, tenant: str, token_id: str) -> None:
+        await self._call(calls.revoke_token(tenant, token_id))
+
+    async def grant(self, topic: str, tenant: str, actions: list[str]) -> dict[str, Any]:
+        """Let ``tenant`` produce / consume / admin ``topic`` (a name, ``prefix*`` or ``*``)."""
+        return await self._call(calls.grant(topic, tenant, actions))  # type: ignore[no-any-return]
+
+    async def revoke(self, topic: str, tenant: str, actions: list[str] | None = None) -> None:
+        await self._call(calls.revoke(topic, tenant, actions))
+
+    async def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        return await self._call(calls.list_acls(topic, tenant))  # type: ignore[no-any-return]
+
+    async def quotas(self, tenant: str) -> dict[str, Any]:
+        return await self._call(calls.quotas(tenant))  # type: ignore[no-any-return]
+
+    async def set_quota(
+        self, *, tenant: str | None = None, topic: str | None = None, **limits: float | None
+    ) -> dict[str, Any]:
+        """Set limits (``produce_bytes_per_s``, ``fetch_bytes_per_s``, ``requests_per_s``, ``partitions``;
+        None = unlimited) of a tenant or a topic."""
+        return await self._call(calls.set_quota(tenant, topic, limits))  # type: ignore[no-any-return]
+
+    async def request_quota(
+        self,
+        resource: str,
+        requested: float,
+        *,
+        topic: str | None = None,
+        tenant: str | None = None,
+        justification: str = "",
+    ) -> dict[str, Any]:
+        """Ask for a new limit; the answer holds the decision (``status``, ``reason``)."""
+        call = calls.request_quota(resource, requested, topic, tenant, justification)
+        return await self._call(call)  # type: ignore[no-any-return]
+
+    async def quota_requests(self, *, status: str | None = None) -> list[dict[str, Any]]:
+        return await self._call(calls.quota_requests(status))  # type: ignore[no-any-return]
+
+    async def decide_quota_request(self, request_id: int, *, approve: bool, reason: str = "") -> dict[str, Any]:
+        return await self._call(calls.decide(request_id, approve, reason))  # type: ignore[no-any-return]
+
+    async def audit(self, *, limit: int = 200) -> list[dict[str, Any]]:
+        """The audit log, newest first."""
+        return await self._call(calls.audit(limit))  # type: ignore[no-any-return]

@@ -31,13 +31,23 @@ from talos._errors import (
     CommitFailedError,
     ConflictError,
     OffsetOutOfRangeError,
+    QuotaExceededError,
     TalosError,
     TransportError,
     UnavailableError,
 )
 from talos._group import ATTEMPT_HEADER, RETRY_PREFIX, Changes, GroupCall, Membership, hold_back, retry_record
 from talos._routing import RouteTable, refresh, refresh_async
-from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+from talos._transport import (
+    AiohttpTransport,
+    AsyncTransport,
+    Response,
+    Transport,
+    Urllib3Transport,
+    authorized,
+    authorized_async,
+    check,
+)
 
 __all__ = ["AsyncConsumer", "Consumer", "Message"]
 
@@ -117,7 +127,10 @@ def _group_request(routes: RouteTable, call: GroupCall, timeout: float) -> dict[
 
 
 def _unavailable(routes: RouteTable, topic: str, partition: int, error: TalosError) -> float:
-    """Seconds to wait before fetching again from a partition that is moving or whose owner is down."""
+    """Seconds to wait before fetching again from a partition that is moving, whose owner is down, or
+    whose fetch quota is used up (429: as long as the server says)."""
+    if isinstance(error, QuotaExceededError):
+        return error.retry_after or 1.0
     if routes.learn(topic, partition, error):
         return 0.0  # a 421 named the owner
     log.info("%s/%d is unavailable (%s); retrying", topic, partition, error)
@@ -421,6 +434,7 @@ class Consumer:
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
         transport: Transport | None = None,
+        token: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         topic_list, assigned = list(topics), list(partitions)
@@ -432,7 +446,7 @@ class Consumer:
             broadcast=broadcast,
             instance=instance,
         )
-        self._transport = transport or Urllib3Transport(pool_size=32, timeout=request_timeout_s)
+        self._transport = authorized(transport or Urllib3Transport(pool_size=32, timeout=request_timeout_s), token)
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._max_bytes = max_bytes
@@ -573,7 +587,7 @@ class Consumer:
             refresh(self._routes, self._transport, topic)
             request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
             return self._state.positions.take(topic, partition, offset, self._transport.request("GET", **request))
-        except (UnavailableError, TransportError) as error:
+        except (UnavailableError, QuotaExceededError, TransportError) as error:
             time.sleep(_unavailable(self._routes, topic, partition, error))
             return []
 
@@ -672,6 +686,7 @@ class AsyncConsumer:
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
         transport: AsyncTransport | None = None,
+        token: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._topics, assigned = list(topics), list(partitions)
@@ -683,7 +698,7 @@ class AsyncConsumer:
             broadcast=broadcast,
             instance=instance,
         )
-        self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
+        self._transport = authorized_async(transport or AiohttpTransport(timeout=request_timeout_s), token)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._state = _State(
@@ -820,7 +835,7 @@ class AsyncConsumer:
             request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
             answer = await self._transport.request("GET", **request)
             return self._state.positions.take(topic, partition, offset, answer)
-        except (UnavailableError, TransportError) as error:
+        except (UnavailableError, QuotaExceededError, TransportError) as error:
             await asyncio.sleep(_unavailable(self._routes, topic, partition, error))
             return []
 

@@ -9,11 +9,13 @@ Tree::
      ├── TransportError               the server could not be reached or did not answer in time (retriable)
      └── ApiError                     the server answered with an error: .status .code .message .retriable
           ├── InvalidRequestError     400, 413: fix the request
+          ├── AuthenticationError     401: no token, or not a valid one
+          ├── PermissionDeniedError   403: the token's tenant may not do this
           ├── NotFoundError           404: unknown topic or partition
           ├── ConflictError           409: e.g. the topic exists
           │    └── CommitFailedError  409: the member no longer holds the partition (revoked, lock expired)
           ├── OffsetOutOfRangeError   416: .earliest .latest
-          ├── QuotaExceededError      429: .retry_after seconds
+          ├── QuotaExceededError      429: .retry_after seconds (retriable; not for a partition count quota)
           └── UnavailableError        500, 503: partition moving, storage failing (retriable)
                └── MisdirectedError   421: another server owns the partition: .owner_url
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 __all__ = [
     "ApiError",
+    "AuthenticationError",
+    "PermissionDeniedError",
     "BatchError",
     "CommitFailedError",
     "ConflictError",
@@ -87,6 +91,14 @@ class InvalidRequestError(ApiError):
     """400 or 413: the request is wrong and will stay wrong."""
 
 
+class AuthenticationError(ApiError):
+    """401: the server requires a bearer token and got none, or one it does not know (revoked?)."""
+
+
+class PermissionDeniedError(ApiError):
+    """403: the token's tenant may not do this (another tenant's topic, an admin endpoint)."""
+
+
 class NotFoundError(ApiError):
     """404: unknown topic or partition."""
 
@@ -132,6 +144,8 @@ class MisdirectedError(UnavailableError):
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: InvalidRequestError,
     413: InvalidRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
     416: OffsetOutOfRangeError,

@@ -25,7 +25,16 @@ from talos._codec import RecordData, encode_batch
 from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
 from talos._routing import RouteTable, refresh, refresh_async
-from talos._transport import AiohttpTransport, AsyncTransport, Response, Transport, Urllib3Transport, check
+from talos._transport import (
+    AiohttpTransport,
+    AsyncTransport,
+    Response,
+    Transport,
+    Urllib3Transport,
+    authorized,
+    authorized_async,
+    check,
+)
 from talos._window import Accepted, PartitionWindow
 
 log = logging.getLogger("talos.producer")
@@ -191,11 +200,14 @@ class Producer:
         idempotent: bool = False,
         producer_id: int | None = None,
         transport: Transport | None = None,
+        token: str | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
             raise ValueError("acks must be 'durable' or 'accepted'")
         self.url = url.rstrip("/")
-        self._transport = transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s)
+        self._transport = authorized(
+            transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s), token
+        )
         self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._idempotence: Idempotence | None = None
@@ -475,11 +487,12 @@ class AsyncProducer:
         idempotent: bool = False,
         producer_id: int | None = None,
         transport: AsyncTransport | None = None,
+        token: str | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
             raise ValueError("acks must be 'durable' or 'accepted'")
         self.url = url.rstrip("/")
-        self._transport = transport or AiohttpTransport(timeout=request_timeout_s)
+        self._transport = authorized_async(transport or AiohttpTransport(timeout=request_timeout_s), token)
         self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._idempotent = idempotent or producer_id is not None

@@ -6,6 +6,7 @@ Sync: ``urllib3`` (a thread-safe connection pool). Async: ``aiohttp``. ``httpx``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,6 +23,8 @@ __all__ = [
     "Response",
     "Transport",
     "Urllib3Transport",
+    "authorized",
+    "authorized_async",
     "check",
 ]
 
@@ -66,6 +69,75 @@ class AsyncTransport(Protocol):
     async def close(self) -> None: ...
 
 
+def _token(token: str | None) -> str | None:
+    """The token given, else ``TALOS_TOKEN`` from the environment (so tools built on the SDK need no flag)."""
+    return token if token is not None else (os.environ.get("TALOS_TOKEN") or None)
+
+
+def _with_bearer(headers: Mapping[str, str] | None, token: str) -> dict[str, str]:
+    out = dict(headers or {})
+    if not any(k.lower() == "authorization" for k in out):
+        out["authorization"] = f"Bearer {token}"
+    return out
+
+
+class _BearerTransport:
+    """Adds ``Authorization: Bearer <token>`` to every request of the transport it wraps."""
+
+    def __init__(self, inner: Transport, token: str) -> None:
+        self._inner = inner
+        self._token = token
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        headers = _with_bearer(headers, self._token)
+        return self._inner.request(method, url, params=params, body=body, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncBearerTransport:
+    def __init__(self, inner: AsyncTransport, token: str) -> None:
+        self._inner = inner
+        self._token = token
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        headers = _with_bearer(headers, self._token)
+        return await self._inner.request(method, url, params=params, body=body, headers=headers, timeout=timeout)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def authorized(transport: Transport, token: str | None) -> Transport:
+    """``transport`` sending the token (or ``TALOS_TOKEN``), if there is one."""
+    found = _token(token)
+    return _BearerTransport(transport, found) if found else transport
+
+
+def authorized_async(transport: AsyncTransport, token: str | None) -> AsyncTransport:
+    found = _token(token)
+    return _AsyncBearerTransport(transport, found) if found else transport
+
+
 def check(response: Response) -> Response:
     """Return the response if it is a success, else raise the matching :class:`ApiError`."""
     if response.status < 400:
@@ -75,11 +147,12 @@ def check(response: Response) -> Response:
     except orjson.JSONDecodeError:
         body = None
     retry_after = response.headers.get("retry-after") or response.headers.get("Retry-After")
-    raise api_error(
-        response.status,
-        body if isinstance(body, dict) else None,
-        float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None,
-    )
+    seconds = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
+    error = body.get("error") if isinstance(body, dict) else None
+    precise = error.get("retry_after_ms") if isinstance(error, dict) else None
+    if isinstance(precise, int | float) and not isinstance(precise, bool) and precise >= 0:
+        seconds = precise / 1000  # Retry-After is whole seconds; a quota's wait is usually a fraction of one
+    raise api_error(response.status, body if isinstance(body, dict) else None, seconds)
 
 
 class Urllib3Transport:

@@ -16,18 +16,26 @@ from typing import Any, BinaryIO, NoReturn
 import click
 
 from talos import DEFAULT_URL, Admin, ConflictError, Consumer, Message, Producer, TalosError, __version__
+from talos._cli_security import acl, quotas, tenants, tokens
 
 __all__ = ["main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="talos")
-def main() -> None:
+@click.option(
+    "--token",
+    default=None,
+    help="Bearer token for servers with auth on [env TALOS_TOKEN; better than a flag, which ps shows].",
+)
+def main(token: str | None) -> None:
     """Talos: a message queue with compute separated from storage.
 
     Stateless servers place topic partitions on a traffic-weighted consistent-hash ring and keep the
     data on HDFS (or a local disk for one node). Run `talos COMMAND --help` for each command.
     """
+    if token:
+        os.environ["TALOS_TOKEN"] = token  # every client the commands make sends it
 
 
 @main.command()
@@ -47,6 +55,12 @@ def main() -> None:
     help="One flush for all queued requests of a partition (on), or one per request [default: on].",
 )
 @click.option("--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True)
+@click.option(
+    "--auth",
+    type=click.Choice(["auto", "on", "off"]),
+    default=None,
+    help="Require bearer tokens [default: off standalone]; the admin token comes from TALOS_ADMIN_TOKEN.",
+)
 def standalone(
     host: str | None,
     port: int | None,
@@ -55,6 +69,7 @@ def standalone(
     config_file: str | None,
     group_commit: str | None,
     log_format: str,
+    auth: str | None,
 ) -> None:
     """Run one Talos node: local storage, no ZooKeeper, no Java.
 
@@ -69,6 +84,7 @@ def standalone(
         ("--storage", storage),
         ("--config", config_file),
         ("--group-commit", group_commit),
+        ("--auth", auth),
     ):
         if value is not None:
             argv += [flag, str(value)]
@@ -589,6 +605,7 @@ def cluster_up(
             if isinstance(hdfs_info, dict):
                 click.echo(f"hdfs {hdfs_info['url']} webhdfs={hdfs_info['webhdfs']}")
             click.echo(f"storage {state.get('storage')}")
+            click.echo(f"admin-token {base_dir.resolve() / 'admin-token'}")
             click.echo(f"already up (state in {base_dir / 'cluster.json'})", err=True)
             return
         from talos.devservices import stop_recorded_cluster
@@ -605,6 +622,9 @@ def cluster_up(
     for line in local.describe():
         click.echo(line)
     click.echo(f"up; logs in {base_dir}; `talos cluster down --dir {base_dir}` stops it", err=True)
+    click.echo(
+        f"auth is on: export TALOS_TOKEN=$(cat {base_dir / 'admin-token'}) to act as the admin", err=True
+    )
 
 
 @cluster.command("down")
@@ -934,6 +954,11 @@ def dev_services(
             service.stop()
         click.echo("stopped", err=True)
 
+
+main.add_command(tenants)
+main.add_command(tokens)
+main.add_command(acl)
+main.add_command(quotas)
 
 if __name__ == "__main__":
     main()

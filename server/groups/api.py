@@ -66,6 +66,17 @@ class ResetRequest(BaseModel):
     timestamp: int | None = Field(None, ge=0, description="with to=timestamp: ms since the epoch")
 
 
+def _may_consume(request: Request, topics: list[str]) -> None:
+    """A member consumes, commits or resets only topics its tenant may consume (checked at the coordinator)."""
+    from server.security.api import principal  # the security API imports the broker, as this module does
+
+    broker: Broker = request.app.state.broker
+    if broker.security.enabled:
+        who = principal(request)
+        for topic in dict.fromkeys(topics):
+            broker.security.authorize(who, broker.topic(topic), "consume")
+
+
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
 
@@ -116,6 +127,7 @@ async def describe_group(group: str, request: Request) -> Response:
 async def join_group(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
         body = _parse(JoinRequest, raw)
+        _may_consume(request, body.topics)
         answer = await coordinator.join(
             group,
             topics=body.topics,
@@ -159,6 +171,7 @@ async def leave_group(group: str, member_id: str, request: Request) -> Response:
 async def commit(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
         body = _parse(CommitRequest, raw)
+        _may_consume(request, [o.topic for o in body.offsets])
         items = [((o.topic, o.partition), o.offset, o.generation) for o in body.offsets]
         return json_response(await coordinator.commit(group, body.member_id, items))
 
@@ -181,6 +194,7 @@ async def committed(group: str, request: Request, instance: str | None = None) -
 async def reset_offsets(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
         body = _parse(ResetRequest, raw)
+        _may_consume(request, [body.topic])
         if body.to == "offset" and body.offset is None:
             raise ApiError(400, "INVALID_REQUEST", "to=offset needs offset")
         if body.to == "timestamp" and body.timestamp is None:

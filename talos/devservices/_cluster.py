@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -32,6 +34,7 @@ __all__ = [
 ]
 
 STATE_FILE = "cluster.json"
+TOKEN_FILE = "admin-token"  # a cluster's servers require tokens; this one is the admin's
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,15 @@ class ClusterSettings:
     reassign_delay_s: float = 30.0
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    admin_token: str = ""  # TALOS_ADMIN_TOKEN of the servers (auth is on in cluster mode)
+
+    def server_env(self) -> dict[str, str]:
+        return {**self.env, "TALOS_ADMIN_TOKEN": self.admin_token} if self.admin_token else dict(self.env)
 
 
-def _get_json(url: str, timeout: float = 2.0) -> dict[str, object]:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
+def _get_json(url: str, timeout: float = 2.0, token: str = "") -> dict[str, object]:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as answer:
         data = json.load(answer)
     return data if isinstance(data, dict) else {}
 
@@ -106,7 +114,7 @@ class ClusterServer:
             f"talos-{self.server_id}",
             self.argv(),
             log_path=self.log_dir / f"server-{self.server_id}.log",
-            env={**os.environ, **self.settings.env},
+            env={**os.environ, **self.settings.server_env()},
         )
         self.process.start()
         if wait:
@@ -153,7 +161,10 @@ class LocalCluster:
     ) -> None:
         base_dir = base_dir.resolve()  # `cluster down` recognises its processes by these paths
         self.base_dir = base_dir
-        self.settings = settings or ClusterSettings()
+        settings = settings or ClusterSettings()
+        if not settings.admin_token:
+            settings = dataclasses.replace(settings, admin_token=_admin_token(base_dir))
+        self.settings = settings
         base_port = base_port or free_port_range(servers)
         ports = [base_port + i for i in range(servers)]
         # ZooKeeper and HDFS take free ports of their own: none may be one the servers are about to use.
@@ -206,7 +217,7 @@ class LocalCluster:
 
     def ring(self, via: ClusterServer | None = None) -> dict[str, int]:
         server = via or next(s for s in self.servers if s.alive())
-        ring = _get_json(f"{server.url}/v1/cluster").get("ring", {})
+        ring = _get_json(f"{server.url}/v1/cluster", token=self.settings.admin_token).get("ring", {})
         members = ring.get("members", {}) if isinstance(ring, dict) else {}
         return {str(k): int(v) for k, v in members.items()}
 
@@ -241,13 +252,15 @@ class LocalCluster:
                 if process is not None
             },
         }
-        (self.base_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+        path = self.base_dir / STATE_FILE
+        path.write_text(json.dumps(state, indent=2))
+        path.chmod(0o600)  # the servers' environment holds the admin token
 
     def _processes(self) -> list[tuple[str, ManagedProcess | None, dict[str, str]]]:
         out: list[tuple[str, ManagedProcess | None, dict[str, str]]] = [("zookeeper", self.zookeeper.process, {})]
         if self.hdfs is not None:
             out += [("namenode", self.hdfs.namenode, {}), ("datanode", self.hdfs.datanode, {})]
-        out += [(f"server:{s.server_id}", s.process, dict(self.settings.env)) for s in self.servers]
+        out += [(f"server:{s.server_id}", s.process, self.settings.server_env()) for s in self.servers]
         return out
 
     def describe(self) -> list[str]:
@@ -256,6 +269,7 @@ class LocalCluster:
         if self.hdfs is not None:
             lines.append(f"hdfs {self.hdfs.url} webhdfs={self.hdfs.webhdfs_url}")
         lines.append(f"storage {self.storage}")
+        lines.append(f"admin-token {self.base_dir / TOKEN_FILE}")
         return lines
 
     def stop(self) -> None:
@@ -265,6 +279,18 @@ class LocalCluster:
             self.hdfs.stop()
         self.zookeeper.stop()
         (self.base_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def _admin_token(base_dir: Path) -> str:
+    """The cluster's admin token: the one kept in ``base_dir`` (a restarted cluster keeps it), else new."""
+    path = base_dir / TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip()
+    base_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    path.touch(mode=0o600)
+    path.write_text(token + "\n")
+    return token
 
 
 def _pid(process: ManagedProcess | None) -> int | None:

@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import json
 import os
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -31,17 +32,35 @@ from talos.devservices import (
 
 _counter = itertools.count()
 
+# Auth is on in cluster mode: the tests act as the admin (the SDK and the CLI read TALOS_TOKEN).
+CLUSTER_TOKEN = f"cluster-admin-{secrets.token_hex(16)}"
+AUTH = {"authorization": f"Bearer {CLUSTER_TOKEN}"}
+
 # Short timers so failover happens within seconds: session 3 s, reassignment 4 s after the session ends.
 FAST = ClusterSettings(
     zk_session_timeout_s=3.0,
     join_delay_s=0.5,
     reassign_delay_s=4.0,
     env={"TALOS_RING_CHECK_S": "0.25", "TALOS_LOG_LEVEL": "info"},
+    admin_token=CLUSTER_TOKEN,
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def admin_token_in_environment() -> Iterator[None]:
+    before = os.environ.get("TALOS_TOKEN")
+    os.environ["TALOS_TOKEN"] = CLUSTER_TOKEN
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TALOS_TOKEN", None)
+        else:
+            os.environ["TALOS_TOKEN"] = before
+
+
 def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=AUTH), timeout=timeout) as answer:
         data = json.load(answer)
     assert isinstance(data, dict)
     return data
@@ -50,7 +69,7 @@ def get_json(url: str, timeout: float = 5.0) -> dict[str, object]:
 def post_json(
     url: str, body: object, timeout: float = 30.0, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, object]]:
-    sent = {"content-type": "application/json", **(headers or {})}
+    sent = {"content-type": "application/json", **AUTH, **(headers or {})}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=sent, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:

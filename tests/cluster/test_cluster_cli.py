@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from talos import Admin, Consumer, Producer
+from talos import Admin, AuthenticationError, Consumer, Producer
 from talos.devservices import free_port_range, stop_recorded_cluster
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
@@ -46,14 +46,21 @@ def test_cluster_up_and_down(tmp_path: Path) -> None:
         pids = [int(line[2]) for line in lines]
         assert all(alive(pid) for pid in pids)
 
-        # Usable at once, through any server.
+        # Auth is on in cluster mode: the admin token is in the file `up` names (and only its owner reads it).
+        token_file = Path(re.findall(r"^admin-token (\S+)$", up.stdout, re.MULTILINE)[0])
+        assert token_file.stat().st_mode & 0o077 == 0
+        token = token_file.read_text().strip()
         url = lines[1][1]
-        with Admin(url) as admin:
+        with Admin(url, token="") as anonymous, pytest.raises(AuthenticationError):
+            anonymous.list_topics()
+
+        # Usable at once, through any server.
+        with Admin(url, token=token) as admin:
             admin.create_topic("dev", partitions=3)
-        with Producer(lines[0][1]) as producer:
+        with Producer(lines[0][1], token=token) as producer:
             for i in range(30):
                 producer.send("dev", f"m{i}".encode(), partition=i % 3)
-        with Consumer(lines[2][1], topics=["dev"], wait_ms=0) as consumer:
+        with Consumer(lines[2][1], topics=["dev"], wait_ms=0, token=token) as consumer:
             got: list[bytes] = []
             while len(got) < 30:
                 got += [m.value or b"" for m in consumer.poll(2)]

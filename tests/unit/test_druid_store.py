@@ -55,6 +55,11 @@ class FakeDruid:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    @property
+    def sql(self) -> list[dict[str, Any]]:
+        """The Druid SQL request bodies received, in order."""
+        return [body for _, path, body in self.requests if path == "/druid/v2/sql/"]
+
 
 @pytest.fixture
 def druid() -> Iterator[FakeDruid]:
@@ -114,3 +119,58 @@ def test_queries_are_druid_sql_through_pydruid(druid: FakeDruid, tmp_path: Path)
     assert set(sql[0]) >= {"query", "context"}  # Druid SQL over HTTP: {"query": ..., "context": ...}
     assert "MILLIS_TO_TIMESTAMP(1800000000000)" in sql[0]["query"] and "LIMIT 5" in sql[0]["query"]
     assert "topic = 'o''rders'" in sql[-1]["query"]  # a parameter is quoted, not pasted
+
+
+SERIES_ROW: dict[str, object] = {
+    "time_ms": 1_800_000_000_000,
+    "topic": "orders",
+    "bytes_in": 100,
+    "messages_in": 2,
+    "bytes_out": 50,
+    "messages_out": 1,
+    "requests": 3,
+    "errors": 0,
+}
+
+
+def test_usage_series_is_one_druid_sql_query_with_quoted_filters(druid: FakeDruid, tmp_path: Path) -> None:
+    # Druid's default SQL result format: an array of objects, longs as JSON numbers.
+    druid.sql_rows = [SERIES_ROW, {**SERIES_ROW, "time_ms": 1_800_000_300_000, "bytes_in": 7}]
+    store = DruidStore(druid.url, positions_path=tmp_path / "positions.json")
+    window = Window(1_800_000_000_000, 1_800_003_600_000)
+    series = store.usage_series(window, tenant="ac'me", topic="orders", step_ms=300_000)
+    assert series == druid.sql_rows
+    assert [list(row) for row in series] == [list(SERIES_ROW)] * 2
+    assert all(type(row[c]) is int for row in series for c in SERIES_ROW if c != "topic")
+    (body,) = druid.sql
+    assert set(body) >= {"query", "context"}
+    query = body["query"]
+    # Millisecond arithmetic, so steps are multiples of step_ms since the epoch, as DuckDB's are.
+    assert (
+        "TIMESTAMP_TO_MILLIS(__time) - MOD(TIMESTAMP_TO_MILLIS(__time), 300000) AS time_ms, topic, "
+        'SUM("bytes_in") AS "bytes_in", SUM("messages_in") AS "messages_in", SUM("bytes_out") AS "bytes_out", '
+        'SUM("messages_out") AS "messages_out", SUM("requests") AS "requests", SUM("errors") AS "errors" '
+        'FROM "talos_usage"'
+    ) in query
+    assert "latency" not in query
+    assert ("__time >= MILLIS_TO_TIMESTAMP(1800000000000) AND __time < MILLIS_TO_TIMESTAMP(1800003600000)") in query
+    # pydruid fills the parameters in client-side, quoted: the quote in the tenant is doubled, not pasted.
+    assert "tenant = 'ac''me'" in query and "topic = 'orders'" in query
+    assert query.endswith("GROUP BY 1, 2 ORDER BY time_ms, topic")
+
+
+def test_usage_series_without_filters_sums_every_tenant_and_topic(druid: FakeDruid, tmp_path: Path) -> None:
+    store = DruidStore(druid.url, positions_path=tmp_path / "positions.json")
+    assert store.usage_series(Window(1_800_000_000_000, 1_800_000_060_000)) == []  # no rows: no steps
+    (body,) = druid.sql
+    query = body["query"]
+    assert "MOD(TIMESTAMP_TO_MILLIS(__time), 60000)" in query  # the default step is a minute
+    assert "tenant =" not in query and "topic =" not in query and "%(" not in query
+
+
+@pytest.mark.parametrize("step_ms", [0, -60_000, 30_000, 90_000, 60_001])
+def test_usage_series_refuses_a_step_that_is_not_whole_minutes(druid: FakeDruid, tmp_path: Path, step_ms: int) -> None:
+    store = DruidStore(druid.url, positions_path=tmp_path / "positions.json")
+    with pytest.raises(ValueError, match="multiple of 60000"):
+        store.usage_series(Window(1_800_000_000_000, 1_800_000_060_000), step_ms=step_ms)
+    assert druid.requests == []  # refused before asking Druid

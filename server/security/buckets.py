@@ -1,0 +1,54 @@
+"""Token buckets, and the gate that applies a tenant's and a topic's rate quotas on a partition's owner.
+
+Each bucket refills at ``rate`` per second up to one second's worth (the burst). A request is admitted
+while the bucket is not in debt, and its actual cost is charged after it ran (a fetch's size is only
+known then), so a bucket may go negative by one request; the next request waits until the debt is paid:
+that wait is the ``Retry-After``. Over ``T`` seconds at most ``rate * T`` plus one burst plus one request
+get through, so the admitted rate stays within a few percent of the limit over 30 s.
+
+On a cluster each owner enforces its share of a quota: the fraction of the topic's (or the tenant's)
+partitions it owns. Traffic skewed towards one server's partitions sees less than the whole quota.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["TokenBucket", "retry_after_header"]
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    rate: float
+    tokens: float
+    updated: float
+
+    @classmethod
+    def full(cls, rate: float, now: float) -> TokenBucket:
+        return cls(rate, rate, now)
+
+    def _refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(self.rate, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+
+    def wait(self, now: float) -> float:
+        """Seconds until the bucket is out of debt (0: admit now)."""
+        self._refill(now)
+        wait = -self.tokens / self.rate
+        return wait if wait > 1e-6 else 0.0  # a rounding error's worth of debt is no debt
+
+    def charge(self, cost: float, now: float) -> None:
+        self._refill(now)
+        self.tokens -= cost
+
+    def retune(self, rate: float) -> None:
+        """A changed limit: keep the debt (or credit, capped to the new burst)."""
+        self.rate = rate
+        self.tokens = min(self.tokens, rate)
+
+
+def retry_after_header(wait_s: float) -> str:
+    """HTTP's Retry-After is whole seconds; the precise wait goes in the error body (``retry_after_ms``)."""
+    return str(max(1, math.ceil(wait_s)))

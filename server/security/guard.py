@@ -1,0 +1,221 @@
+"""The server's edge: who is asking (``authenticate``), may they (``authorize``), and are they within
+their quotas (``admit`` on the partition's owner).
+
+Every server holds the whole security document in memory and re-reads it every ``security_refresh_s``;
+a token it does not know yet (made on another server a moment ago) makes it re-read at once, at most once
+a second, so a new token works everywhere immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from typing import Protocol, TypeVar
+
+from server import metrics
+from server.config import ServerConfig
+from server.errors import ApiError
+from server.security.access import ANONYMOUS, Principal, require
+from server.security.buckets import TokenBucket, retry_after_header
+from server.security.state import Quota, SecurityState
+from server.security.store import SecurityStore
+from server.security.tokens import parse_token, verify
+from server.topics import TopicConfig
+
+__all__ = ["Security", "Topology", "charge", "unauthenticated"]
+
+log = logging.getLogger("talos.security")
+T = TypeVar("T")
+_SHARE_TTL_S = 5.0
+_RELOAD_GAP_S = 1.0
+_BYTES_RESOURCE = {"produce": "produce_bytes_per_s", "fetch": "fetch_bytes_per_s"}
+
+
+class Topology(Protocol):
+    """What the quota shares need of the broker: the topics and which partitions this server owns."""
+
+    def list_topics(self) -> list[TopicConfig]: ...
+
+    def owns(self, topic: str, index: int) -> bool: ...
+
+
+def unauthenticated(message: str) -> ApiError:
+    metrics.denied(401)
+    return ApiError(401, "UNAUTHENTICATED", message, headers={"WWW-Authenticate": 'Bearer realm="talos"'})
+
+
+class Security:
+    def __init__(self, config: ServerConfig, store: SecurityStore, executor: Executor, topology: Topology) -> None:
+        self.enabled = config.auth_enabled
+        self._admin_token = config.admin_token
+        self._store = store
+        self._executor = executor
+        self._topology = topology
+        self._refresh_s = config.security_refresh_s
+        self.state = SecurityState()
+        self._last_reload = 0.0
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
+        self._shares: dict[tuple[str, str], tuple[float, float]] = {}  # (scope, name) → (share, computed at)
+
+    async def _io(self, function: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function)
+
+    async def reload(self) -> SecurityState:
+        self._last_reload = time.monotonic()
+        state = await self._io(self._store.load)
+        if state.version >= self.state.version:
+            self.state = state
+        return self.state
+
+    async def run(self) -> None:
+        """Re-read the document now and then (changes made on other servers)."""
+        while True:
+            await asyncio.sleep(self._refresh_s)
+            try:
+                await self.reload()
+            except Exception as exc:  # storage hiccup: keep the last known state
+                log.warning("could not re-read the security settings: %s", exc)
+
+    async def change(self, apply: Callable[[SecurityState], SecurityState]) -> SecurityState:
+        state = await self._io(lambda: self._store.change(apply))
+        if state.version >= self.state.version:
+            self.state = state
+        return state
+
+    # ---------------------------------------------------------------- authentication
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """The principal of ``Authorization: Bearer <token>``. With auth off, anyone is the admin (but a
+        valid tenant token still names its tenant, for metering); with auth on, no valid token is 401."""
+        raw = headers.get("authorization")
+        if raw is None:
+            if self.enabled:
+                raise unauthenticated("this server requires a bearer token (Authorization: Bearer <token>)")
+            return ANONYMOUS
+        scheme, _, token = raw.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            if self.enabled:
+                raise unauthenticated("expected 'Authorization: Bearer <token>'")
+            return ANONYMOUS
+        principal = await self.principal_of(token)
+        if principal is not None:
+            return principal
+        if self.enabled:
+            raise unauthenticated("the token is not valid (unknown, revoked or malformed)")
+        return ANONYMOUS
+
+    async def principal_of(self, token: str) -> Principal | None:
+        """Who ``token`` belongs to; None if nobody's."""
+        if self._admin_token and hmac.compare_digest(token.encode(), self._admin_token.encode()):
+            return Principal(None)
+        parsed = parse_token(token)
+        if parsed is None:
+            return None
+        token_id, secret = parsed
+        record = self.state.tokens.get(token_id)
+        if record is None and time.monotonic() - self._last_reload > _RELOAD_GAP_S:
+            await self.reload()  # made on another server since our last look?
+            record = self.state.tokens.get(token_id)
+        if record is None or not verify(secret, record.hash):
+            return None
+        return Principal(record.tenant, record.id)
+
+    # ---------------------------------------------------------------- authorization
+
+    def authorize(self, principal: Principal, topic: TopicConfig | str, action: str) -> None:
+        if not self.enabled:
+            return
+        name, owner = (topic, None) if isinstance(topic, str) else (topic.name, topic.tenant)
+        try:
+            require(principal, self.state, name, owner, action)
+        except ApiError:
+            metrics.denied(403)
+            raise
+
+    def require_admin(self, principal: Principal) -> None:
+        if self.enabled and not principal.admin:
+            metrics.denied(403)
+            raise ApiError(403, "FORBIDDEN", "this needs the admin token")
+
+    # ---------------------------------------------------------------- quotas
+
+    def _share(self, scope: str, name: str) -> float:
+        """The fraction of the topic's (tenant's) partitions this server owns: its part of the quota."""
+        now = time.monotonic()
+        cached = self._shares.get((scope, name))
+        if cached is not None and now - cached[1] < _SHARE_TTL_S:
+            return cached[0]
+        owned = total = 0
+        for topic in self._topology.list_topics():
+            if (topic.name if scope == "topic" else topic.tenant) != name:
+                continue
+            total += topic.partitions
+            owned += sum(1 for index in range(topic.partitions) if self._topology.owns(topic.name, index))
+        share = owned / total if total else 1.0
+        self._shares[(scope, name)] = (max(share, 1e-3), now)
+        return max(share, 1e-3)
+
+    def _bucket(self, scope: str, name: str, resource: str, limit: float, now: float) -> TokenBucket:
+        rate = limit * self._share(scope, name)
+        bucket = self._buckets.get((scope, name, resource))
+        if bucket is None:
+            bucket = self._buckets[(scope, name, resource)] = TokenBucket.full(rate, now)
+        elif bucket.rate != rate:
+            bucket.retune(rate)
+        return bucket
+
+    def admit(self, tenant: str, topic: str, kind: str) -> list[TokenBucket]:
+        """Raise 429 if the tenant or the topic is over a rate quota; else charge the request and return
+        the byte buckets to :func:`charge` with the request's size once it is known."""
+        state = self.state
+        tenant_entry = state.tenants.get(tenant)
+        tenant_quota = tenant_entry.quota if tenant_entry is not None else None
+        topic_quota = state.topic_quotas.get(topic)
+        if tenant_quota is None and topic_quota is None:
+            return []
+        now = time.monotonic()
+        wait = 0.0
+        limited_by = ""
+        limit_key = ("", "")
+        requests: list[TokenBucket] = []
+        sized: list[TokenBucket] = []
+        bytes_resource = _BYTES_RESOURCE.get(kind)
+        scopes: list[tuple[str, str, Quota | None]] = [("tenant", tenant, tenant_quota), ("topic", topic, topic_quota)]
+        for scope, name, quota in scopes:
+            if quota is None:
+                continue
+            for resource, into in (("requests_per_s", requests), (bytes_resource, sized)):
+                limit = quota.get(resource) if resource is not None else None
+                if limit is None or resource is None:
+                    continue
+                bucket = self._bucket(scope, name, resource, limit, now)
+                into.append(bucket)
+                bucket_wait = bucket.wait(now)
+                if bucket_wait > wait:
+                    wait, limited_by = bucket_wait, f"{scope} {name!r} {resource} {limit:g}"
+                    limit_key = (scope, resource)
+        if wait > 0:
+            metrics.throttled(*limit_key)
+            raise ApiError(
+                429,
+                "QUOTA_EXCEEDED",
+                f"over the quota ({limited_by}); retry in {wait:.3f} s",
+                retriable=True,
+                headers={"Retry-After": retry_after_header(wait)},
+                details={"retry_after_ms": round(wait * 1000, 1)},
+            )
+        for bucket in requests:
+            bucket.charge(1, now)
+        return sized
+
+
+def charge(buckets: list[TokenBucket], cost: int) -> None:
+    if buckets:
+        now = time.monotonic()
+        for bucket in buckets:
+            bucket.charge(cost, now)

@@ -1,0 +1,20 @@
+"""One admin request, described once (method, path, body, how to read the answer) for both twins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from talos._transport import Response
+
+__all__ = ["Call"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    path: str
+    read: Callable[[Response], Any]
+    body: bytes | None = None
+    params: dict[str, str | int] | None = None

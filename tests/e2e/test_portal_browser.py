@@ -1,0 +1,197 @@
+"""The quota portal in a real browser (Debian's headless Chromium through Selenium) against a real server
+with auth on and a metering store holding two weeks of a tenant's traffic: sign in, see the usage charts,
+ask for a quota under the modelled threshold (approved at once), an exaggerated one (rejected with the
+reason), and a borderline one that the admin approves in the admin view. Screenshots go to
+``test-artifacts/portal/``."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+
+from metering.duckdb_store import DuckDbStore
+from metering.store import MinuteUsage
+from talos import Admin
+from talos.devservices import StandaloneServer
+from tests.conftest import ARTIFACTS
+from tests.helpers import running_standalone
+
+pytestmark = pytest.mark.browser
+
+ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
+HOUR_MS = 3600_000
+KIB = 1024
+SHOTS = ARTIFACTS / "portal"
+
+
+def two_weeks_of_traffic(path: Path) -> None:
+    """What the metering job would have stored: ``orders`` flat at 200 KiB/s; ``clicks`` at 300 KiB/s for a
+    week, then 900 KiB/s (real growth)."""
+    now = int(time.time() * 1000)
+    last = now - now % HOUR_MS - HOUR_MS
+    rows = []
+    for hour in range(14 * 24):
+        at = last - hour * HOUR_MS
+        clicks = 900 if hour < 7 * 24 else 300
+        for topic, rate in (("orders", 200), ("clicks", clicks)):
+            size = rate * KIB * 3600
+            rows.append(MinuteUsage(at, "acme", topic, 0, size, size // 1000, size // 2, size // 2000, 3600, 0, 1.0, 1.0))
+    DuckDbStore(path).ingest(rows, {0: 0})
+
+
+@pytest.fixture(scope="module")
+def portal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandaloneServer, str]]:
+    base = tmp_path_factory.mktemp("portal")
+    two_weeks_of_traffic(base / "usage.duckdb")
+    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on", "TALOS_METERING_STORE": str(base / "usage.duckdb")}
+    with running_standalone(base / "data", env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
+        admin.create_tenant("acme")
+        token = admin.create_token("acme", name="portal")["token"]
+        with Admin(server.url, token=token) as tenant:
+            tenant.create_topic("orders", partitions=2)
+            tenant.create_topic("clicks", partitions=2)
+        admin.set_quota(topic="clicks", produce_bytes_per_s=1024 * KIB)
+        yield server, token
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: WebDriver, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def sign_in(driver: WebDriver, url: str, token: str) -> None:
+    driver.delete_all_cookies()
+    driver.get(f"{url}/portal/login")
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "sign-in").click()
+
+
+def ask(driver: WebDriver, url: str, *, topic: str, resource: str, value: str, unit: str, why: str) -> tuple[str, str]:
+    """Send the request form; the request page's status and reason."""
+    driver.get(f"{url}/portal")
+    Select(driver.find_element(By.ID, "request-topic")).select_by_value(topic)
+    Select(driver.find_element(By.ID, "request-resource")).select_by_value(resource)
+    driver.find_element(By.ID, "request-value").send_keys(value)
+    Select(driver.find_element(By.ID, "request-unit")).select_by_visible_text(unit)
+    driver.find_element(By.ID, "request-why").send_keys(why)
+    driver.find_element(By.ID, "request-submit").click()
+    return driver.find_element(By.ID, "request-status").text, driver.find_element(By.ID, "request-reason").text
+
+
+def test_a_tenant_signs_in_and_sees_usage_charts_and_quotas(
+    portal: tuple[StandaloneServer, str], browser: WebDriver
+) -> None:
+    server, token = portal
+    browser.get(f"{server.url}/portal")
+    assert "/portal/login" in browser.current_url  # no session: the sign-in page
+    sign_in(browser, server.url, "talos_000000000000_" + "x" * 43)
+    assert "not valid" in browser.find_element(By.ID, "message").text
+    sign_in(browser, server.url, token)
+    assert browser.current_url.rstrip("/").endswith("/portal")
+    browser.get(f"{server.url}/portal?period=14d")
+    charts = {c.get_attribute("data-topic"): c for c in browser.find_elements(By.CSS_SELECTOR, "figure.usage-chart")}
+    assert set(charts) == {"orders", "clicks"}
+    for chart in charts.values():
+        assert chart.find_elements(By.CSS_SELECTOR, "svg polyline"), "a line of traffic"
+        assert len(chart.find_elements(By.CSS_SELECTOR, "svg circle")) > 100  # hourly points over two weeks
+    assert "1 MiB/s" in browser.find_element(By.ID, "quota-topic-clicks").text
+    shot(browser, "01-dashboard")
+    assert token not in browser.page_source
+
+
+def test_requests_are_approved_rejected_or_left_to_the_admin_who_approves(
+    portal: tuple[StandaloneServer, str], browser: WebDriver
+) -> None:
+    server, token = portal
+    sign_in(browser, server.url, token)
+
+    status, reason = ask(
+        browser, server.url, topic="orders", resource="produce_bytes_per_s", value="800", unit="KiB", why="promo"
+    )
+    assert status == "approved", reason
+    shot(browser, "02-under-threshold-approved")
+
+    status, reason = ask(
+        browser, server.url, topic="orders", resource="produce_bytes_per_s", value="200", unit="MiB", why="future"
+    )
+    assert status == "rejected"
+    assert "Rejected" in reason and "MiB/s" in reason  # the reason, with the figures behind it
+    shot(browser, "03-exaggerated-rejected")
+
+    status, reason = ask(
+        browser, server.url, topic="clicks", resource="produce_bytes_per_s", value="8", unit="MiB", why="campaign"
+    )
+    assert status == "pending", reason
+    pending_id = browser.current_url.rsplit("/", 1)[1]
+    shot(browser, "04-borderline-pending")
+
+    browser.get(f"{server.url}/portal")
+    assert "800 KiB/s" in browser.find_element(By.ID, "quota-topic-orders").text  # the approval took effect
+    rows = {r.get_attribute("data-id"): r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.request-row")}
+    assert "rejected" in rows[str(int(pending_id) - 1)] and "pending" in rows[pending_id]
+
+    browser.find_element(By.ID, "logout").click()
+    sign_in(browser, server.url, ADMIN_TOKEN)
+    assert browser.current_url.endswith("/portal/admin")
+    assert [r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "tr.pending-row")] == [
+        pending_id
+    ]
+    shot(browser, "05-admin-queue")
+    browser.find_element(By.ID, f"reason-{pending_id}").send_keys("campaign checked with the team")
+    browser.find_element(By.ID, f"approve-{pending_id}").click()
+    assert browser.find_element(By.ID, "queue-empty").is_displayed()
+    decided = {r.get_attribute("data-id"): r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.decided-row")}
+    assert "approved" in decided[pending_id] and "admin" in decided[pending_id]
+    shot(browser, "06-admin-approved")
+
+    browser.find_element(By.ID, "logout").click()
+    sign_in(browser, server.url, token)
+    assert "8 MiB/s" in browser.find_element(By.ID, "quota-topic-clicks").text
+    browser.get(f"{server.url}/portal/requests/{pending_id}")
+    assert browser.find_element(By.ID, "request-status").text == "approved"
+    assert "campaign checked" in browser.find_element(By.ID, "request-reason").text
+    browser.get(f"{server.url}/portal/audit")
+    actions = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.audit-row")]
+    assert any("quota_request.approved" in a and "admin" in a for a in actions)
+    assert any("quota_request.rejected" in a for a in actions)
+    shot(browser, "07-audit")
+    with Admin(server.url, token=token) as tenant:
+        assert tenant.quotas("acme")["topics"]["clicks"]["produce_bytes_per_s"] == 8 * 1024 * KIB
+
+
+def test_a_tenant_cannot_open_the_admin_view_or_post_without_the_form_nonce(
+    portal: tuple[StandaloneServer, str], browser: WebDriver
+) -> None:
+    server, token = portal
+    sign_in(browser, server.url, token)
+    browser.get(f"{server.url}/portal/admin")
+    assert "403" in browser.find_element(By.TAG_NAME, "h1").text
+    # A form posted from elsewhere carries the cookie (not with SameSite=Strict, but say it did) but no nonce.
+    answer = browser.execute_script(
+        "const r = await fetch('/portal/requests', {method: 'POST', headers: {'content-type':"
+        " 'application/x-www-form-urlencoded'}, body: 'resource=partitions&requested=1000'}); return r.status;"
+    )
+    assert answer == 403

@@ -1,0 +1,227 @@
+"""Tokens, the security document, access rules, token buckets, portal sessions, charts and usage history:
+the pure parts of tenants and quotas, without a server."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metering.store import Window
+from server.errors import ApiError
+from server.portal.charts import line_chart, nice_ceiling
+from server.portal.session import SessionSigner
+from server.security.access import ANONYMOUS, Principal, actions_on, require
+from server.security.buckets import TokenBucket, retry_after_header
+from server.security.state import Quota, QuotaRequest, SecurityState, TokenRecord
+from server.security.tokens import hash_secret, new_token, parse_token, verify
+from server.usage import Usage
+from server.usage_history import UsageHistory
+
+# ---------------------------------------------------------------- tokens
+
+
+def test_a_token_names_its_id_and_only_a_hash_of_the_secret_is_kept() -> None:
+    token, token_id, digest = new_token()
+    parsed = parse_token(token)
+    assert parsed is not None and parsed[0] == token_id
+    secret = parsed[1]
+    assert secret not in digest and token not in digest
+    assert verify(secret, digest)
+    assert not verify(secret[:-1] + ("A" if secret[-1] != "A" else "B"), digest)
+    assert new_token()[0] != token
+
+
+@pytest.mark.parametrize("bad", ["", "talos_", "talos_abc_def", "Bearer x", "talos_0123456789ab_short", "x" * 500])
+def test_malformed_tokens_do_not_parse(bad: str) -> None:
+    assert parse_token(bad) is None
+
+
+# ---------------------------------------------------------------- the security document
+
+
+def state_with(*tenants: str) -> SecurityState:
+    state = SecurityState()
+    for name in tenants:
+        state = state.create_tenant(name, 1)
+    return state
+
+
+def test_deleting_a_tenant_takes_its_tokens_and_grants_with_it() -> None:
+    state = state_with("acme", "globex")
+    state = state.add_token(TokenRecord("a1", "acme", hash_secret("s"), "ci", 1))
+    state = state.add_token(TokenRecord("g1", "globex", hash_secret("t"), "", 1))
+    state = state.grant("orders", "acme", ("consume",))
+    state = state.delete_tenant("acme")
+    assert set(state.tenants) == {"globex"}
+    assert set(state.tokens) == {"g1"}
+    assert state.grants == ()
+
+
+@pytest.mark.parametrize("name", ["", "Acme", "a/b", "..", "admin", "-x", "a" * 64, "a b"])
+def test_tenant_names_are_checked(name: str) -> None:
+    with pytest.raises(ApiError) as error:
+        SecurityState().create_tenant(name, 1)
+    assert error.value.status == 400
+
+
+def test_grants_merge_actions_and_revoke_some_or_all() -> None:
+    state = state_with("acme").grant("orders", "acme", ("consume",)).grant("orders", "acme", ("produce",))
+    assert [g.actions for g in state.grants] == [("produce", "consume")]
+    state = state.revoke("orders", "acme", ("produce",))
+    assert [g.actions for g in state.grants] == [("consume",)]
+    assert state.revoke("orders", "acme").grants == ()
+    with pytest.raises(ApiError):
+        state.revoke("orders", "acme").revoke("orders", "acme")
+    with pytest.raises(ApiError):
+        state.grant("orders", "acme", ("delete",))
+    with pytest.raises(ApiError):
+        state.grant("../x", "acme", ("consume",))
+
+
+def test_quotas_are_positive_and_an_approval_applies_the_limit_asked_for() -> None:
+    state = state_with("acme").set_quota("acme", None, {"produce_bytes_per_s": 1000.0})
+    assert state.tenant("acme").quota.produce_bytes_per_s == 1000.0
+    with pytest.raises(ApiError):
+        state.set_quota("acme", None, {"produce_bytes_per_s": -1})
+    with pytest.raises(ApiError):
+        state.set_quota("acme", None, {"bogus": 1})
+    asked = QuotaRequest(0, "acme", "orders", "requests_per_s", None, 50.0, "", "pending", "", "", 1)
+    state = state.add_request(asked)
+    request_id = state.requests[-1].id
+    state = state.decide(request_id, "approved", "fine", "admin", 2)
+    assert state.topic_quota("orders").requests_per_s == 50.0
+    assert state.request(request_id).status == "approved"
+    with pytest.raises(ApiError) as error:
+        state.decide(request_id, "rejected", "", "admin", 3)
+    assert error.value.code == "ALREADY_DECIDED"
+    assert state.set_quota(None, "orders", {"requests_per_s": None}).topic_quotas == {}  # no limits left: gone
+
+
+names = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True).filter(lambda n: n != "admin")
+
+
+@settings(max_examples=50, deadline=None)
+@given(tenants=st.sets(names, min_size=1, max_size=4), rate=st.floats(1, 1e9), partitions=st.integers(1, 4096))
+def test_the_document_survives_json(tenants: set[str], rate: float, partitions: int) -> None:
+    state = state_with(*sorted(tenants))
+    first = sorted(tenants)[0]
+    state = state.set_quota(first, None, {"produce_bytes_per_s": rate, "partitions": partitions})
+    state = state.add_token(TokenRecord("abc", first, hash_secret("x"), "n", 5)).grant("t*", first, ("produce",))
+    assert SecurityState.from_json(state.to_json()) == state
+
+
+# ---------------------------------------------------------------- access
+
+
+def test_owners_have_everything_others_what_grants_give_internal_topics_are_the_servers() -> None:
+    acme, globex = Principal("acme", "a1"), Principal("globex", "g1")
+    state = state_with("acme", "globex").grant("logs.*", "globex", ("consume",))
+    assert actions_on(acme, state, "orders", "acme") == {"produce", "consume", "admin"}
+    assert actions_on(globex, state, "orders", "acme") == frozenset()
+    assert actions_on(globex, state, "logs.web", "acme") == {"consume"}
+    assert actions_on(globex, state, "logsweb", "acme") == frozenset()
+    assert actions_on(acme, state, "legacy", None) == frozenset()  # no owner: the admin's
+    assert actions_on(ANONYMOUS, state, "anything", "acme") == {"produce", "consume", "admin"}
+    assert actions_on(acme, state, "__consumer_offsets", None) == frozenset()
+    assert actions_on(acme, state, "__retry.g", None) == {"produce", "consume"}
+    with pytest.raises(ApiError) as error:
+        require(globex, state, "logs.web", "acme", "produce")
+    assert error.value.status == 403
+
+
+# ---------------------------------------------------------------- token buckets
+
+
+def test_a_bucket_admits_until_in_debt_and_says_how_long_to_wait() -> None:
+    bucket = TokenBucket.full(100.0, now=0.0)
+    assert bucket.wait(0.0) == 0
+    bucket.charge(150, 0.0)  # one request may overdraw
+    assert bucket.wait(0.0) == pytest.approx(0.5)
+    assert bucket.wait(0.25) == pytest.approx(0.25)
+    assert bucket.wait(0.5) == 0
+    bucket.retune(10.0)
+    assert bucket.tokens <= 10.0
+    assert retry_after_header(0.01) == "1" and retry_after_header(1.2) == "2"
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate=st.floats(1e3, 1e7), size_fraction=st.floats(0.001, 0.5), clients=st.integers(1, 16))
+def test_a_greedy_client_that_obeys_retry_after_gets_the_rate_within_ten_percent(
+    rate: float, size_fraction: float, clients: int
+) -> None:
+    """Simulated time: clients send as soon as the bucket lets them (each waiting the time it is told)."""
+    bucket = TokenBucket.full(rate, now=0.0)
+    size = rate * size_fraction
+    ready = [0.0] * clients
+    admitted = 0.0
+    while True:
+        index = min(range(clients), key=ready.__getitem__)
+        now = ready[index]
+        if now >= 30.0:
+            break
+        wait = bucket.wait(now)
+        if wait > 0:
+            ready[index] = now + wait
+            continue
+        bucket.charge(size, now)
+        admitted += size
+        ready[index] = now + 0.001  # the request's own time
+    assert abs(admitted / 30.0 - rate) <= 0.1 * rate
+
+
+# ---------------------------------------------------------------- portal sessions and charts
+
+
+def test_sessions_are_signed_expire_and_do_not_cross_keys() -> None:
+    signer = SessionSigner("", "admin-token")
+    cookie, session = signer.issue("a1", "acme", now=1000.0)
+    assert signer.read(cookie, now=1001.0) == session
+    assert "admin-token" not in cookie
+    assert signer.read(cookie, now=1000.0 + 9 * 3600) is None  # expired
+    payload, signature = cookie.rsplit(".", 1)
+    assert signer.read(payload + "." + signature[::-1], now=1001.0) is None
+    assert signer.read(payload[:-2] + "." + signature, now=1001.0) is None
+    assert SessionSigner("", "another-token").read(cookie, now=1001.0) is None
+    assert SessionSigner("", "admin-token").read(cookie, now=1001.0) == session  # every server of a cluster
+    assert signer.read(None) is None and signer.read("garbage") is None
+
+
+@pytest.mark.parametrize(("value", "top"), [(0, 1), (0.7, 1), (1, 1), (1.2, 2), (2.1, 2.5), (3, 5), (7, 10), (12, 20)])
+def test_the_axis_top_is_a_round_number_at_or_above_the_peak(value: float, top: float) -> None:
+    assert nice_ceiling(value) == pytest.approx(top)
+
+
+def test_a_chart_draws_one_line_per_series_with_tooltips_and_escapes_names() -> None:
+    svg = line_chart(
+        {"in": [(0, 10.0), (60_000, 2048.0)], "<b>out</b>": [(0, 5.0)]}, start_ms=0, end_ms=120_000, title="t & u"
+    )
+    assert svg.count("<polyline") == 2
+    assert "<b>" not in svg and "&lt;b&gt;out&lt;/b&gt;" in svg and "t &amp; u" in svg
+    assert "2 KiB/s" in svg
+    empty = line_chart({}, start_ms=0, end_ms=1, title="x")
+    assert "no traffic" in empty and "<polyline" not in empty
+
+
+# ---------------------------------------------------------------- usage history
+
+
+def test_history_sums_per_tenant_topic_and_step_and_forgets_after_a_day() -> None:
+    history = UsageHistory()
+    minute = 60_000
+    history.add({("acme", "orders", 0): Usage(bytes_in=100, requests=1), ("acme", "orders", 1): Usage(bytes_in=50)}, 0)
+    history.add({("acme", "orders", 0): Usage(bytes_in=10), ("globex", "x", 0): Usage(bytes_out=7)}, 3 * minute)
+    rows = history.usage_series(Window(0, 10 * minute), tenant="acme")
+    assert [(r["time_ms"], r["bytes_in"]) for r in rows] == [(0, 150), (3 * minute, 10)]
+    assert history.usage_series(Window(0, 10 * minute), tenant="acme", step_ms=5 * minute)[0]["bytes_in"] == 160
+    assert [r["topic"] for r in history.usage_series(Window(0, 10 * minute))] == ["orders", "orders", "x"]
+    history.add({("acme", "orders", 0): Usage(bytes_in=1)}, 25 * 3600 * 1000)
+    assert history.usage_series(Window(0, 10 * minute)) == []
+    with pytest.raises(ValueError):
+        history.usage_series(Window(0, 1), step_ms=1000)
+
+
+def test_token_shapes_in_this_file_are_not_real_tokens() -> None:
+    assert not re.search(r"talos_[0-9a-f]{12}_[A-Za-z0-9_-]{43}", open(__file__).read().replace("{", ""))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import posixpath
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -115,6 +116,17 @@ class FileSystem(abc.ABC):
             handle.sync()
         finally:
             handle.close()
+
+    def publish(self, path: str, data: bytes) -> None:
+        """Write ``data`` aside, then rename it to ``path``, which must not exist (:class:`FileExistsError`):
+        a reader sees the whole file or none, and of two writers of one path exactly one wins."""
+        aside = f"{path}.{uuid.uuid4().hex}.tmp"
+        self.write_file(aside, data)
+        try:
+            self.rename(aside, path)
+        except FileExistsError:
+            self.delete(aside)
+            raise
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

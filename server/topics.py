@@ -11,7 +11,6 @@ import dataclasses
 import posixpath
 import re
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -124,16 +123,9 @@ class TopicStore:
         return sorted(int(e.name.split(".")[0]) for e in entries if e.name.endswith(".json"))
 
     def _write(self, config: TopicConfig) -> None:
-        # Written aside, then renamed into place (never overwriting): a racing creator's reader sees the
-        # whole file or none, never one created but not yet written.
+        # Published whole (never overwriting): a racing creator's reader sees the whole file or none.
         path = posixpath.join(self._root, config.name, _META, f"{config.version:010d}.json")
-        aside = f"{path}.{uuid.uuid4().hex}.tmp"
-        self._fs.write_file(aside, orjson.dumps(config.to_json()))
-        try:
-            self._fs.rename(aside, path)
-        except FileExistsError:
-            self._fs.delete(aside)
-            raise
+        self._fs.publish(path, orjson.dumps(config.to_json()))
 
     def get(self, name: str) -> TopicConfig | None:
         versions = self._versions(name)

@@ -133,6 +133,9 @@ class Admin:
 
     >>> admin = Admin("http://127.0.0.1:8080")
     >>> admin.create_topic("orders", partitions=8)
+
+    With auth on, ``token=`` (default: ``TALOS_TOKEN``) decides what it may do: the admin token manages
+    tenants, tokens, grants and quotas; a tenant's token its own topics, tokens and quota requests.
     """
 
     def __init__(

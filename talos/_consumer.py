@@ -410,6 +410,9 @@ class Consumer:
     ``on_lost`` (called from ``poll`` with the partitions; lost: the lock expired before a heartbeat could
     renew it, so committing is no longer possible), ``broadcast`` (every member gets every partition; offsets
     are kept per ``instance``), ``max_retries`` (for :meth:`retry`).
+
+    ``token=`` is the bearer token for servers with auth on (default: ``TALOS_TOKEN``). A partition over
+    its fetch quota is read again after the wait the 429 names.
     """
 
     def __init__(

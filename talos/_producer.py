@@ -181,7 +181,9 @@ class Producer:
     per-partition sequence, so a resend after a lost acknowledgement (timeouts, failover) is stored once
     and answered with the original offsets. ``producer_id=`` continues as an earlier producer id with a
     new epoch, fencing any older instance that still uses it. ``route_to_owner=False`` sends everything
-    to ``url`` (which forwards) instead of straight to each partition's owner.
+    to ``url`` (which forwards) instead of straight to each partition's owner. ``token=`` is the bearer
+    token for servers with auth on (default: ``TALOS_TOKEN``); over a quota, batches wait what the 429
+    says and go again.
     """
 
     def __init__(

@@ -622,9 +622,7 @@ def cluster_up(
     for line in local.describe():
         click.echo(line)
     click.echo(f"up; logs in {base_dir}; `talos cluster down --dir {base_dir}` stops it", err=True)
-    click.echo(
-        f"auth is on: export TALOS_TOKEN=$(cat {base_dir / 'admin-token'}) to act as the admin", err=True
-    )
+    click.echo(f"auth is on: export TALOS_TOKEN=$(cat {base_dir / 'admin-token'}) to act as the admin", err=True)
 
 
 @cluster.command("down")

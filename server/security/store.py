@@ -2,7 +2,8 @@
 
 A change reads the newest version, applies a pure function to it and writes the next version aside,
 then renames it into place; the rename refuses to replace a file, so of two servers changing it at once
-one wins and the other applies its change again to the winner's version. Old versions are pruned.
+one wins and the other applies its change again to the winner's version. Old versions are pruned (a
+writer that stalled past the pruning sees that its base is gone and applies its change again).
 Other servers see a change when they next re-read the newest version (``Security.refresh``).
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-import uuid
+import random
+import time
 from collections.abc import Callable
 
 import orjson
@@ -22,7 +24,7 @@ from server.security.state import SecurityState
 __all__ = ["SecurityStore"]
 
 _KEEP = 10
-_ATTEMPTS = 8
+_ATTEMPTS = 50
 
 
 class SecurityStore:
@@ -48,20 +50,29 @@ class SecurityStore:
 
     def change(self, apply: Callable[[SecurityState], SecurityState]) -> SecurityState:
         """Apply ``apply`` to the newest version and store the result as the next one."""
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             current = self.load()
             changed = dataclasses.replace(apply(current), version=current.version + 1)
             path = self._path(changed.version)
-            aside = f"{path}.{uuid.uuid4().hex}.tmp"
-            self._fs.write_file(aside, orjson.dumps(changed.to_json()))
             try:
-                self._fs.rename(aside, path)
+                self._fs.publish(path, orjson.dumps(changed.to_json()))
             except FileExistsError:
-                self._fs.delete(aside)
-                continue  # another server's change won: apply ours to it
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # another server's change won: apply ours to it
+                continue
+            if self._stale(current.version, changed.version):
+                self._fs.delete(path)
+                continue
             self._prune(changed.version)
             return changed
         raise ApiError(409, "CONFLICT", "the security settings changed concurrently; retry", retriable=True)
+
+    def _stale(self, base: int, written: int) -> bool:
+        """Whether ``written`` landed below versions written since: a writer that stalled while others
+        wrote and pruned more than ``_KEEP`` versions. Pruning deletes in ascending order, so if the
+        version ours was based on is gone, so was the one ours re-created."""
+        if base > 0:
+            return not self._fs.exists(self._path(base))
+        return max(self._versions(), default=written) >= written + _KEEP
 
     def _prune(self, newest: int) -> None:
         for version in self._versions():

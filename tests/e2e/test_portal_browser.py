@@ -44,7 +44,9 @@ def two_weeks_of_traffic(path: Path) -> None:
         clicks = 900 if hour < 7 * 24 else 300
         for topic, rate in (("orders", 200), ("clicks", clicks)):
             size = rate * KIB * 3600
-            rows.append(MinuteUsage(at, "acme", topic, 0, size, size // 1000, size // 2, size // 2000, 3600, 0, 1.0, 1.0))
+            rows.append(
+                MinuteUsage(at, "acme", topic, 0, size, size // 1000, size // 2, size // 2000, 3600, 0, 1.0, 1.0)
+            )
     DuckDbStore(path).ingest(rows, {0: 0})
 
 

@@ -1,0 +1,52 @@
+"""The security document on real storage (local disk and HDFS): racing writers lose nothing."""
+
+from __future__ import annotations
+
+import threading
+
+from server.security.state import SecurityState
+from server.security.store import SecurityStore
+from tests.conftest import Storage
+
+
+def test_racing_changes_from_many_servers_all_land(storage: Storage) -> None:
+    stores = [SecurityStore(storage.fs, storage.path("root")) for _ in range(4)]  # one per "server"
+    errors: list[BaseException] = []
+
+    def create(store: SecurityStore, index: int) -> None:
+        try:
+            for n in range(3):
+                store.change(lambda s, name=f"t{index}-{n}": s.create_tenant(name, 1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(store, i)) for i, store in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    state = stores[0].load()
+    assert set(state.tenants) == {f"t{i}-{n}" for i in range(4) for n in range(3)}
+    assert state.version == 12
+    versions = storage.fs.list(storage.path("root", "_security"))
+    assert len(versions) <= 10  # old versions are pruned
+
+
+def test_a_writer_that_stalled_past_the_pruning_applies_its_change_again(storage: Storage) -> None:
+    root = storage.path("stalled")
+    slow, others = SecurityStore(storage.fs, root), SecurityStore(storage.fs, root)
+    slow.change(lambda s: s.create_tenant("base", 1))
+    stalled = []
+
+    def apply(state: SecurityState) -> SecurityState:
+        if not stalled:  # while this writer "stalls", others write (and prune) many versions
+            stalled.append(state.version)
+            for n in range(11):
+                others.change(lambda s, name=f"o{n}": s.create_tenant(name, 1))
+        return state.create_tenant("late", 1)
+
+    result = slow.change(apply)
+    assert stalled == [1]
+    assert "late" in result.tenants and {f"o{n}" for n in range(11)} <= set(result.tenants)
+    assert slow.load() == result and result.version == 13

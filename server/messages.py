@@ -26,7 +26,8 @@ from server.forwarding import HOPS_HEADER
 from server.partition import LoadedPartition, ProduceResult
 from server.reply import JSON, Reply, answer_of
 from server.security.buckets import TokenBucket
-from server.security.guard import charge
+from server.security.guard import allowance, pay
+from server.security.trim import trim_to_allowance
 from server.usage import TENANT_HEADER, tenant_of
 from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key, read_header
 
@@ -179,7 +180,7 @@ def _metered(broker: Broker, headers: Mapping[str, str], topic: str, partition: 
 
 
 def _admit(broker: Broker, headers: Mapping[str, str], topic: str, kind: str) -> list[TokenBucket]:
-    """Rate quotas, on the partition's owner (429 when over); the byte buckets to charge afterwards.
+    """Rate quotas, on the partition's owner (429 when over); the byte buckets to pay once sizes are known.
     The servers' own topics are not limited: their writes are not a tenant's traffic."""
     if topic.startswith("__"):
         return []
@@ -249,7 +250,7 @@ async def _produce_json(
             return await _forward_batch(broker, exc.owner, topic, partition, batch, durable, headers)
         with _metered(broker, headers, topic, partition) as usage:
             usage.update(bytes_in=len(batch), messages_in=len(items))
-            charge(buckets, len(batch))
+            await pay(buckets, len(batch))
             return await loaded.produce(batch, durable=durable, verify=False)
 
     if len(groups) == 1:  # the common case: no gather
@@ -288,7 +289,7 @@ async def _produce_batches(
     buckets = _admit(broker, headers, topic, "produce")
     with _metered(broker, headers, topic, partition) as usage:
         usage.update(bytes_in=len(body), messages_in=records)
-        charge(buckets, len(body))
+        await pay(buckets, len(body))
         answers: list[ProduceResult] = await asyncio.gather(
             *(loaded.produce(bytearray(view[pos : pos + size]), durable=durable) for pos, size, _ in spans)
         )
@@ -367,18 +368,21 @@ async def fetch(
         owner = exc.owner
         return await _forward(broker, owner, "GET", topic, partition, "messages", headers, query, None, wait_ms / 1000)
     buckets = _admit(broker, headers, topic, "fetch")
-    if buckets:  # read no more than the quota has left (at least one batch), so a fetch overdraws little
-        max_bytes = max(1, min(max_bytes, int(min(b.tokens for b in buckets))))
+    if buckets:  # read no more than the quota has left
+        max_bytes = max(1, min(max_bytes, allowance(buckets)))
     with _metered(broker, headers, topic, partition) as usage:
         result = await loaded.fetch(offset, max_bytes, wait_ms)
-        size = sum(len(b) for b in result.batches)
-        charge(buckets, size)
-        usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in result.batches))
+        batches = result.batches
+        if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
+            batches = trim_to_allowance(batches, offset, allowance(buckets))
+        size = sum(len(b) for b in batches)
+        await pay(buckets, size)
+        usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in batches))
     metrics.fetched(topic, size)
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
-        return Reply(200, b"".join(result.batches), BATCH_CONTENT_TYPE, marks)
-    messages = _messages_json(result.batches, offset, max_messages)
+        return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
+    messages = _messages_json(batches, offset, max_messages)
     next_offset = int(messages[-1]["offset"]) + 1 if messages else offset  # type: ignore[call-overload]
     body = {"messages": messages, "next_offset": next_offset, "high_watermark": result.high_watermark}
     return Reply(200, orjson.dumps(body))

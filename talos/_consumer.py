@@ -280,7 +280,9 @@ class _State:
         return {tp: self.consumed[tp] for tp in keys if self.committed.get(tp) != self.consumed[tp]}
 
     def commit_due(self) -> bool:
-        return self.auto_commit and time.monotonic() - self.last_commit >= self.auto_commit_interval_s
+        """Time to auto-commit (only a group member has anywhere to commit to)."""
+        due = time.monotonic() - self.last_commit >= self.auto_commit_interval_s
+        return self.membership is not None and self.auto_commit and due
 
     def start_from(self, assigned: list[TopicPartition], answer: object) -> None:
         """Positions of newly assigned partitions: their committed offsets (else ``start``, looked up lazily)."""

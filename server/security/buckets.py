@@ -1,10 +1,10 @@
-"""Token buckets, and the gate that applies a tenant's and a topic's rate quotas on a partition's owner.
+"""Token buckets: how a tenant's and a topic's rate quotas are applied on a partition's owner.
 
 Each bucket refills at ``rate`` per second up to one second's worth (the burst). A request is admitted
-while the bucket is not in debt, and its actual cost is charged after it ran (a fetch's size is only
-known then), so a bucket may go negative by one request; the next request waits until the debt is paid:
-that wait is the ``Retry-After``. Over ``T`` seconds at most ``rate * T`` plus one burst plus one request
-get through, so the admitted rate stays within a few percent of the limit over 30 s.
+while the bucket is not in debt (else 429, with the time until it is out of debt as ``Retry-After``).
+Its size is charged when known (before a write, after a read); if that puts the bucket in debt, the
+request is held until the debt is paid (``guard.pay``). So by any moment ``T`` at most ``rate * T`` plus
+one burst has got through, however large one batch is: within a few percent of the limit over 30 s.
 
 On a cluster each owner enforces its share of a quota: the fraction of the topic's (or the tenant's)
 partitions it owns. Traffic skewed towards one server's partitions sees less than the whole quota.

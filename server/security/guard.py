@@ -26,12 +26,13 @@ from server.security.store import SecurityStore
 from server.security.tokens import parse_token, verify
 from server.topics import TopicConfig
 
-__all__ = ["Security", "Topology", "charge", "unauthenticated"]
+__all__ = ["MAX_HOLD_S", "Security", "Topology", "allowance", "pay", "unauthenticated"]
 
 log = logging.getLogger("talos.security")
 T = TypeVar("T")
 _SHARE_TTL_S = 5.0
 _RELOAD_GAP_S = 1.0
+MAX_HOLD_S = 10.0  # well inside the SDK's 30 s request timeout
 _BYTES_RESOURCE = {"produce": "produce_bytes_per_s", "fetch": "fetch_bytes_per_s"}
 
 
@@ -171,7 +172,7 @@ class Security:
 
     def admit(self, tenant: str, topic: str, kind: str) -> list[TokenBucket]:
         """Raise 429 if the tenant or the topic is over a rate quota; else charge the request and return
-        the byte buckets to :func:`charge` with the request's size once it is known."""
+        the byte buckets to :func:`pay` with the request's size once it is known."""
         state = self.state
         tenant_entry = state.tenants.get(tenant)
         tenant_quota = tenant_entry.quota if tenant_entry is not None else None
@@ -214,8 +215,24 @@ class Security:
         return sized
 
 
-def charge(buckets: list[TokenBucket], cost: int) -> None:
-    if buckets:
-        now = time.monotonic()
-        for bucket in buckets:
-            bucket.charge(cost, now)
+def allowance(buckets: list[TokenBucket]) -> int:
+    """Bytes the buckets have left now (0 when one is in debt)."""
+    now = time.monotonic()
+    for bucket in buckets:
+        bucket.wait(now)  # refills
+    return max(0, int(min(bucket.tokens for bucket in buckets)))
+
+
+async def pay(buckets: list[TokenBucket], cost: int) -> None:
+    """Charge the request's size; if that put a bucket in debt, hold the request until the debt is paid
+    (at most :data:`MAX_HOLD_S`), so what gets through by any moment stays within the limit plus one
+    second's burst, however large a single batch is. Requests arriving meanwhile get 429s."""
+    if not buckets:
+        return
+    now = time.monotonic()
+    hold = 0.0
+    for bucket in buckets:
+        bucket.charge(cost, now)
+        hold = max(hold, bucket.wait(now))
+    if hold > 0:
+        await asyncio.sleep(min(hold, MAX_HOLD_S))

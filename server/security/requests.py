@@ -134,7 +134,7 @@ async def submit(
         requested=requested,
         justification=justification[:2000],
         status=decision.outcome,
-        reason=decision.reason,
+        reason=" ".join((decision.reason, *decision.problems)),  # the tenant sees every problem found
         decided_by="" if decision.outcome == "pending" else "model",
         created_ms=now_ms,
         decided_ms=None if decision.outcome == "pending" else now_ms,

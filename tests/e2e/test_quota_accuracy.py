@@ -47,11 +47,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalon
 
 
 def produce_bytes(url: str, token: str, out: dict[str, float]) -> None:
-    """The SDK producer, 64 requests in flight, each message 4 KiB: far more than the limit allows."""
+    """The SDK producer batching 4 KiB messages (up to 1 MiB a batch, four seconds of the limit), 64
+    outstanding: far more than the limit allows."""
     value = b"v" * 4096
     acked = 0
     pending: list[Future[object]] = []
-    with Producer(url, token=token, linger_ms=0, max_in_flight=8) as producer:
+    with Producer(url, token=token, max_in_flight=8) as producer:
         started = time.monotonic()
         deadline = started + SECONDS
         while time.monotonic() < deadline:
@@ -108,7 +109,7 @@ def consume_bytes(url: str, token: str, out: dict[str, float]) -> None:
 
 def test_admitted_rates_stay_within_ten_percent_of_the_limits(server: tuple[StandaloneServer, str]) -> None:
     running, token = server
-    with Producer(running.url, token=ADMIN_TOKEN) as loader:  # the admin is not limited
+    with Producer(running.url, token=ADMIN_TOKEN) as loader:  # the admin is not limited; batches up to 1 MiB
         for i in range(2000):
             loader.send("reads", b"r" * 4096, partition=i % 2)
     produced: dict[str, float] = {}

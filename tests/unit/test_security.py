@@ -15,8 +15,10 @@ from server.security.access import ANONYMOUS, Principal, actions_on, require
 from server.security.buckets import TokenBucket, retry_after_header
 from server.security.state import QuotaRequest, SecurityState, TokenRecord
 from server.security.tokens import hash_secret, new_token, parse_token, verify
+from server.security.trim import trim_to_allowance
 from server.usage import Usage
 from server.usage_history import UsageHistory
+from talos import RecordData, decode_records, encode_batch, read_header
 
 # ---------------------------------------------------------------- tokens
 
@@ -219,3 +221,46 @@ def test_history_sums_per_tenant_topic_and_step_and_forgets_after_a_day() -> Non
     assert history.usage_series(Window(0, 10 * minute)) == []
     with pytest.raises(ValueError, match="step_ms"):
         history.usage_series(Window(0, 1), step_ms=1000)
+
+
+# ---------------------------------------------------------------- fetch answers cut to a quota's allowance
+
+
+def offsets_of(batches: list[bytes | bytearray]) -> list[int]:
+    return [r.offset for b in batches for r in decode_records(b)]
+
+
+def test_an_answer_over_the_allowance_keeps_whole_batches_then_the_records_that_fit() -> None:
+    small = encode_batch([RecordData(b"a" * 100)] * 3, base_offset=0)  # offsets 0..2
+    big = encode_batch([RecordData(b"b" * 1000, b"k")] * 50, base_offset=3)  # 3..52, ~50 KB
+    assert trim_to_allowance([small, big], 0, 10**9) == [small, big]
+    cut = trim_to_allowance([small, big], 0, len(small) + 5000)
+    assert cut[0] == small
+    assert offsets_of(cut) == list(range(0, 3 + 4))  # four ~1 KB records of the big batch fit in 5000
+    assert sum(len(b) for b in cut) <= len(small) + 5000 + 200
+    assert [r.value for r in decode_records(cut[1])] == [b"b" * 1000] * 4  # re-encoded, CRC valid
+    from_middle = trim_to_allowance([big], 10, 0)  # nothing left: still one record, from the asked offset
+    assert offsets_of(from_middle) == [10]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=40),
+    per_batch=st.integers(1, 10),
+    allowance=st.integers(0, 60_000),
+    start=st.integers(0, 39),
+)
+def test_trimmed_answers_start_at_the_offset_stay_contiguous_and_within_the_allowance(
+    sizes: list[int], per_batch: int, allowance: int, start: int
+) -> None:
+    batches: list[bytes | bytearray] = []
+    for first in range(0, len(sizes), per_batch):
+        chunk = [RecordData(b"x" * n) for n in sizes[first : first + per_batch]]
+        batches.append(encode_batch(chunk, base_offset=first))
+    start = min(start, len(sizes) - 1)
+    holding = [b for b in batches if read_header(b).base_offset + read_header(b).record_count > start]
+    cut = trim_to_allowance(holding, start, allowance)
+    wanted = [o for o in offsets_of(cut) if o >= start]
+    assert wanted and wanted[0] == start and wanted == list(range(start, start + len(wanted)))
+    total = sum(len(b) for b in cut)
+    assert total <= allowance + 100 or len(wanted) == 1 or total == len(holding[0])

@@ -1,0 +1,40 @@
+"""Cutting a fetch answer down to what a fetch quota has left. Pure.
+
+Batches are what the log stores and serves whole; a producer's batch can hold a megabyte, many seconds
+of a small quota. Served whole, one batch would make the admitted rate jump in steps that size. So when
+an answer is over the allowance, the whole batches that fit are kept and the next one is re-encoded with
+only as many of its records as fit (at least one record, so a consumer always moves on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from talos import RecordData, decode_records, encode_batch
+
+__all__ = ["trim_to_allowance"]
+
+
+def trim_to_allowance(batches: Sequence[bytes | bytearray], offset: int, allowance: int) -> list[bytes | bytearray]:
+    """The batches, from ``offset``, holding at most ``allowance`` bytes (but at least one record)."""
+    out: list[bytes | bytearray] = []
+    used = 0
+    for batch in batches:
+        if used + len(batch) <= allowance:
+            out.append(batch)
+            used += len(batch)
+            continue
+        records = [r for r in decode_records(batch, verify=False) if r.offset >= offset]
+        kept: list[RecordData] = []
+        size = 0
+        for record in records:
+            cost = len(record.value or b"") + len(record.key or b"") + 16
+            if (kept or out) and used + size + cost > allowance:
+                break
+            kept.append(RecordData(record.value, record.key, record.headers, record.timestamp))
+            size += cost
+        if kept:
+            first = records[0].offset
+            out.append(encode_batch(kept, base_offset=first))
+        break
+    return out if out else list(batches[:1])

@@ -138,7 +138,7 @@ def tokens_list(url: str, tenant: str) -> None:
 @click.argument("tenant")
 @click.argument("token_id")
 def tokens_revoke(url: str, tenant: str, token_id: str) -> None:
-    """Revoke TENANT's token TOKEN_ID: refused by every server within seconds."""
+    """Revoke TENANT's token TOKEN_ID: refused at once by this server, by all within security_refresh_s (2 s)."""
     _run(url, lambda a: a.revoke_token(tenant, token_id))
     click.echo(f"revoked {token_id}")
 

@@ -24,6 +24,7 @@ from server.coordination import ZkEpochSource
 from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore
 from server.errors import ApiError
+from server.executor import AffinityExecutor
 from server.forwarding import Forwarder
 from server.partition import LoadedPartition, as_api_error, load_producer_states
 from server.producer_ids import ProducerIds, StorageProducerIds
@@ -60,6 +61,10 @@ class Broker:
         self._lock_fd: int | None = None
         if isinstance(self.fs, LocalFileSystem) and not config.clustered:
             self._lock_directory()
+        # Partition I/O: writes and reads on separate "min-heap with memory" pools (``server.executor``);
+        # everything else that blocks (metadata, ZooKeeper, the security document) on a plain pool.
+        self.write_pool = AffinityExecutor(config.io_threads, "talos-write")
+        self.read_pool = AffinityExecutor(config.read_threads, "talos-read")
         self.executor = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="talos-io")
         self.cache = TailCache(config.tail_cache_bytes)
         self.cluster: ClusterMember | None = None
@@ -294,7 +299,10 @@ class Broker:
                     index,
                     plog,
                     self.cache.partition(topic, index),
-                    self.executor,
+                    # Keyed by the load session too: a reload must not queue behind a flush the old load
+                    # abandoned, still stuck on its thread.
+                    self.write_pool.for_key((topic, index, plog.epoch)),
+                    self.read_pool.for_key((topic, index, plog.epoch)),
                     group_commit=self.config.group_commit,
                     producers=producers,
                     flush_timeout_s=self.config.flush_timeout_s,
@@ -359,6 +367,8 @@ class Broker:
             await self._io(lambda: self.cluster.stop(leave=self.config.leave_on_shutdown))  # type: ignore[union-attr]
         await self.forwarder.close()
         self.executor.shutdown(wait=True)
+        self.write_pool.shutdown(wait=True)
+        self.read_pool.shutdown(wait=True)
         self.fs.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)

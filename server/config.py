@@ -30,7 +30,8 @@ class ServerConfig:
     segment_bytes: int = 128 * 1024 * 1024
     default_partitions: int = 1
     max_wait_ms: int = 30_000  # upper bound of a long poll
-    io_threads: int = 8
+    io_threads: int = 8  # partition writes (append + flush): a partition's work stays on one thread
+    read_threads: int = 4  # partition reads from storage (the tail cache serves recent data without them)
     flush_timeout_s: float = 20.0  # a flush stuck longer (storage hung) abandons the log; the partition reloads
     producer_state_window_bytes: int = 16 * 1024 * 1024  # log tail read on load to rebuild producer sequences
     # Consumer groups.

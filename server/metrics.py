@@ -51,6 +51,15 @@ _group_rebalances = Counter(
 )
 _groups = Gauge("talos_groups_coordinated", "Consumer groups this server coordinates", registry=REGISTRY)
 
+_pool_tasks = Gauge("talos_io_tasks", "Storage tasks run, by pool (write, read)", ["pool"], registry=REGISTRY)
+_pool_queued_s = Gauge(
+    "talos_io_queue_seconds",
+    "Seconds storage tasks waited in a queue before running, summed",
+    ["pool"],
+    registry=REGISTRY,
+)
+_pool_running_s = Gauge("talos_io_run_seconds", "Seconds storage tasks ran, summed", ["pool"], registry=REGISTRY)
+_pool_queued = Gauge("talos_io_queued", "Storage tasks queued or running now", ["pool"], registry=REGISTRY)
 _denied = Counter(
     "talos_auth_denied", "Requests refused: unauthenticated (401) or forbidden (403)", ["status"], registry=REGISTRY
 )
@@ -145,4 +154,9 @@ def render(broker: Broker) -> bytes:
     _partitions.set(len(loaded))
     _cache.set(broker.cache.used)
     _flushes.set(sum(p.flushes for p in loaded))
+    for name, pool in (("write", broker.write_pool), ("read", broker.read_pool)):
+        _pool_tasks.labels(name).set(pool.stats.tasks)
+        _pool_queued_s.labels(name).set(pool.stats.queued_s)
+        _pool_running_s.labels(name).set(pool.stats.running_s)
+        _pool_queued.labels(name).set(pool.queued())
     return bytes(generate_latest(REGISTRY))

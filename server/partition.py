@@ -104,7 +104,8 @@ class LoadedPartition:
         index: int,
         log: PartitionLog,
         tail: PartitionTail,
-        executor: Executor,
+        writes: Executor,
+        reads: Executor,
         *,
         group_commit: bool,
         producers: ProducerStates | None = None,
@@ -117,7 +118,10 @@ class LoadedPartition:
         self.producers = producers or ProducerStates()
         self.version = version
         self.tail = tail
-        self._executor = executor
+        # Writes (append + flush, close) and reads (segment reads, time scans) on separate pools: a read
+        # storm or a slow partition's reads cannot stall another partition's flush (``server.executor``).
+        self._writes = writes
+        self._reads = reads
         self._group_commit = group_commit
         self._queue: list[_Request] = []
         self._committing = False
@@ -157,7 +161,7 @@ class LoadedPartition:
                 try:
                     if self.abandoned is not None:
                         raise self.abandoned
-                    work = loop.run_in_executor(self._executor, self._write, group, loop)
+                    work = loop.run_in_executor(self._writes, self._write, group, loop)
                     work.add_done_callback(_retrieve)  # if abandoned, its late end is nobody's business
                     durable = await asyncio.wait_for(asyncio.shield(work), self._flush_timeout_s)
                 except TimeoutError:
@@ -245,7 +249,7 @@ class LoadedPartition:
             metrics.read_from("cache")
             return FetchResult(cached, high, start)
         metrics.read_from("storage")
-        data = await asyncio.get_running_loop().run_in_executor(self._executor, self.log.read, offset, max_bytes)
+        data = await asyncio.get_running_loop().run_in_executor(self._reads, self.log.read, offset, max_bytes)
         return FetchResult([data] if data else [], high, start)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int:
@@ -267,14 +271,14 @@ class LoadedPartition:
                     offset = header.next_offset
             return self.log.durable_offset
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, scan)
+        return await asyncio.get_running_loop().run_in_executor(self._reads, scan)
 
     async def close(self, *, seal: bool = True) -> None:
         """Answer what is queued, flush, stop; long polls wake up and see the partition gone."""
         while self._committing:
             await asyncio.sleep(0.005)
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close, seal)
+            await asyncio.get_running_loop().run_in_executor(self._writes, self._close, seal)
         finally:
             self._data.set()
 

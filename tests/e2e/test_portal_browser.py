@@ -6,6 +6,7 @@ reason), and a borderline one that the admin approves in the admin view. Screens
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Iterator
@@ -35,14 +36,15 @@ SHOTS = ARTIFACTS / "portal"
 
 
 def two_weeks_of_traffic(path: Path) -> None:
-    """What the metering job would have stored: ``orders`` flat at 200 KiB/s; ``clicks`` at 300 KiB/s for a
-    week, then 900 KiB/s (real growth)."""
+    """What the metering job would have stored: ``orders`` flat at 200 KiB/s; ``clicks`` at 300 KiB/s for ten
+    days, then 900 KiB/s for the last four (real growth, wholly inside the recent half of the history, so
+    an hour passing during the test cannot move it into the earlier half)."""
     now = int(time.time() * 1000)
     last = now - now % HOUR_MS - HOUR_MS
     rows = []
     for hour in range(14 * 24):
         at = last - hour * HOUR_MS
-        clicks = 900 if hour < 7 * 24 else 300
+        clicks = 900 if hour < 4 * 24 else 300
         for topic, rate in (("orders", 200), ("clicks", clicks)):
             size = rate * KIB * 3600
             rows.append(
@@ -77,6 +79,9 @@ def browser() -> Iterator[WebDriver]:
     try:
         yield driver
     finally:
+        with contextlib.suppress(Exception):  # the last page, for a failure's post-mortem
+            shot(driver, "99-last-page")
+            (SHOTS / "99-last-page.html").write_text(driver.page_source)
         driver.quit()
 
 

@@ -251,6 +251,9 @@ def test_health_metrics_and_openapi(server: StandaloneServer, topic_name: str) -
     status, metrics = call(server, "GET", "/metrics")
     assert status == 200
     assert f'talos_messages_in_total{{topic="{topic_name}"}} 1.0' in metrics.decode()
+    io = dict(re.findall(r'^talos_io_tasks\{pool="(\w+)"\} ([\d.e+]+)$', metrics.decode(), re.M))
+    assert float(io["write"]) >= 1 and "read" in io  # the produce's flush ran on the write pool
+    assert re.search(r'^talos_io_queue_seconds\{pool="write"\} ', metrics.decode(), re.M)
     status, schema = call(server, "GET", "/openapi.json")
     paths = schema["paths"]
     for path, method in [

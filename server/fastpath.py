@@ -81,8 +81,9 @@ class FastPath:
         if _public(scope["path"]):
             await self._pass_on(scope, receive, send)
             return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            principal = await self._authenticate(scope)
+            principal = await self._authenticate(scope, headers)
         except ApiError as exc:
             await _send(send, _error(exc))
             return
@@ -115,7 +116,6 @@ class FastPath:
         if not kind:
             await self._pass_on(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
         try:
             broker = self._broker()
@@ -162,16 +162,15 @@ class FastPath:
 
         await self.app(scope, replay, send)
 
-    async def _authenticate(self, scope: Scope) -> Principal:
-        """Who asks; the tenant header becomes the authenticated tenant's (only the admin may name one, as
-        servers do when they write on a tenant's behalf), and the principal is kept for the routes."""
-        raw = scope["headers"]
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+    async def _authenticate(self, scope: Scope, headers: dict[str, str]) -> Principal:
+        """Who asks; the tenant header (in ``headers`` and the scope's) becomes the authenticated tenant's
+        (only the admin may name one, as servers do when they write on a tenant's behalf), and the
+        principal is kept for the routes."""
         principal = await self._broker().security.authenticate(headers)
         if principal.tenant is not None:
-            tenant = principal.tenant.encode()
-            scope["headers"] = [(k, v) for k, v in raw if k != TENANT_HEADER.encode()] + [
-                (TENANT_HEADER.encode(), tenant)
+            headers[TENANT_HEADER] = principal.tenant
+            scope["headers"] = [(k, v) for k, v in scope["headers"] if k != TENANT_HEADER.encode()] + [
+                (TENANT_HEADER.encode(), principal.tenant.encode())
             ]
         scope.setdefault("state", {})["principal"] = principal
         return principal

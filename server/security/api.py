@@ -21,7 +21,7 @@ from server.security import audit
 from server.security.access import ANONYMOUS, Principal, actions_on
 from server.security.guard import unauthenticated
 from server.security.requests import decide_request, submit
-from server.security.state import QUOTA_FIELDS, Quota, QuotaRequest, SecurityState, TokenRecord
+from server.security.state import QUOTA_FIELDS, Quota, SecurityState, TokenRecord
 from server.security.tokens import new_token
 
 __all__ = ["principal", "router", "tenant_json"]
@@ -94,10 +94,6 @@ class QuotaRequestBody(BaseModel):
 class DecisionBody(BaseModel):
     decision: Literal["approve", "reject"]
     reason: str = Field("", max_length=2000)
-
-
-def request_json(request: QuotaRequest) -> dict[str, object]:
-    return request.to_json()
 
 
 # ---------------------------------------------------------------- who am I
@@ -305,14 +301,14 @@ async def create_quota_request(body: QuotaRequestBody, request: Request) -> Resp
         requested=body.requested,
         justification=body.justification,
     )
-    return json_response(request_json(made), 201)
+    return json_response(made.to_json(), 201)
 
 
 @router.get("/quota-requests", tags=["security"], summary="Quota requests (admin: all; a tenant: its own)")
 async def list_quota_requests(request: Request, status: str | None = None) -> Response:
     broker, who = broker_of(request), principal(request)
     rows = [
-        request_json(r)
+        r.to_json()
         for r in reversed(broker.security.state.requests)
         if (who.admin or r.tenant == who.tenant) and (status is None or r.status == status)
     ]
@@ -324,7 +320,7 @@ async def decide(request_id: int, body: DecisionBody, request: Request) -> Respo
     broker, who = broker_of(request), principal(request)
     broker.security.require_admin(who)
     decided = await decide_request(broker, who, request_id, body.decision == "approve", body.reason)
-    return json_response(request_json(decided))
+    return json_response(decided.to_json())
 
 
 # ---------------------------------------------------------------- audit

@@ -2,8 +2,9 @@
 their quotas (``admit`` on the partition's owner).
 
 Every server holds the whole security document in memory and re-reads it every ``security_refresh_s``;
-a token it does not know yet (made on another server a moment ago) makes it re-read at once, at most once
-a second, so a new token works everywhere immediately.
+a token it does not know yet (made on another server a moment ago) makes it re-read, at most once a
+second: the request waits for a re-read that started after it arrived, so a new token works everywhere
+at once, and a flood of bad tokens costs one read a second.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class Security:
         self._topology = topology
         self._refresh_s = config.security_refresh_s
         self.state = SecurityState()
-        self._last_reload = 0.0
+        self._last_reload = 0.0  # when the latest re-read started
+        self._fresh_as_of = 0.0  # the start of the latest re-read that finished: state is at least that new
+        self._reload_lock = asyncio.Lock()
         self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
         self._shares: dict[tuple[str, str], tuple[float, float]] = {}  # (scope, name) → (share, computed at)
 
@@ -66,11 +69,24 @@ class Security:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
 
     async def reload(self) -> SecurityState:
-        self._last_reload = time.monotonic()
+        started = self._last_reload = time.monotonic()
         state = await self._io(self._store.load)
         if state.version >= self.state.version:
             self.state = state
+        self._fresh_as_of = max(self._fresh_as_of, started)
         return self.state
+
+    async def _reload_since(self, asked_at: float) -> None:
+        """Make the state at least as new as ``asked_at``, re-reading at most once per gap."""
+        async with self._reload_lock:
+            if self._fresh_as_of >= asked_at:
+                return  # a re-read that started after the question has finished meanwhile
+            wait = self._last_reload + _RELOAD_GAP_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                if self._fresh_as_of >= asked_at:
+                    return
+            await self.reload()
 
     async def run(self) -> None:
         """Re-read the document now and then (changes made on other servers)."""
@@ -119,8 +135,8 @@ class Security:
             return None
         token_id, secret = parsed
         record = self.state.tokens.get(token_id)
-        if record is None and time.monotonic() - self._last_reload > _RELOAD_GAP_S:
-            await self.reload()  # made on another server since our last look?
+        if record is None:
+            await self._reload_since(time.monotonic())  # made on another server since our last look?
             record = self.state.tokens.get(token_id)
         if record is None or not verify(secret, record.hash):
             return None

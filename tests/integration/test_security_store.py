@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
-from server.security.state import SecurityState
+from server.config import ServerConfig
+from server.security.guard import Security
+from server.security.state import SecurityState, TokenRecord
 from server.security.store import SecurityStore
+from server.security.tokens import new_token
+from server.topics import TopicConfig
 from tests.conftest import Storage
 
 
@@ -50,3 +57,36 @@ def test_a_writer_that_stalled_past_the_pruning_applies_its_change_again(storage
     assert stalled == [1]
     assert "late" in result.tenants and {f"o{n}" for n in range(11)} <= set(result.tenants)
     assert slow.load() == result and result.version == 13
+
+
+class _NoTopics:
+    def list_topics(self) -> list[TopicConfig]:
+        return []
+
+    def owns(self, topic: str, index: int) -> bool:
+        return False
+
+
+def test_a_token_made_on_one_server_works_on_another_at_once(storage: Storage) -> None:
+    """The other server re-read the document a moment before the token was made: it must not refuse the
+    token until its next periodic re-read (the CI failure this guards against)."""
+    root = storage.path("tokens")
+    config = ServerConfig(auth="on", admin_token="admin-secret", security_refresh_s=60)
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(2) as executor:
+            maker = Security(config, SecurityStore(storage.fs, root), executor, _NoTopics())
+            other = Security(config, SecurityStore(storage.fs, root), executor, _NoTopics())
+            await maker.change(lambda s: s.create_tenant("acme", 1))
+            await other.reload()  # "just refreshed": the token below is newer than this read
+            for _ in range(3):
+                token, token_id, digest = new_token()
+                record = TokenRecord(token_id, "acme", digest, "t", int(time.time() * 1000))
+                await maker.change(lambda s, r=record: s.add_token(r))
+                principal = await other.principal_of(token)
+                assert principal is not None and principal.tenant == "acme"
+            started = time.monotonic()
+            assert await other.principal_of(new_token()[0]) is None  # unknown stays unknown
+            assert time.monotonic() - started < 5
+
+    asyncio.run(scenario())

@@ -34,7 +34,16 @@ from fencing.epochs import EpochSource, highest_epoch
 from fencing.errors import FencedError, LogCorruptError, LogError, OffsetOutOfRangeError, StorageError
 from fencing.filesystem import Buffer, FileSystem, WritableFile
 from fencing.segments import EPOCH_DIR, SegmentName, epoch_marker_name
-from talos import BatchError, BatchHeader, CorruptBatchError, iter_batches, read_header, set_base_offset, verify_batch
+from talos import (
+    HEADER_SIZE,
+    BatchError,
+    BatchHeader,
+    CorruptBatchError,
+    iter_batches,
+    read_header,
+    set_base_offset,
+    verify_batch,
+)
 
 __all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "scan_valid_prefix"]
 
@@ -560,34 +569,57 @@ class PartitionLog:
     def _read_batches(
         self, segment: _Segment, memory: _ChunkBuffer | None, position: int, length: int, offset: int, max_bytes: int
     ) -> bytes:
+        """Whole batches from ``position`` (an indexed batch start at or before ``offset``): the first one
+        holding ``offset`` and the next ones while they fit in ``max_bytes`` (the first one always).
+        Batches before ``offset`` are stepped over by their headers, never read whole; a first batch larger
+        than the chunk is read again whole, in one read, rather than grown chunk by chunk (a copy each)."""
         chunk_size = max_bytes + self._config.index_interval_bytes + 65536
-        buffer = self._read_range(segment, memory, position, min(chunk_size, length - position))
+
+        def read(at: int, size: int) -> bytes:
+            return self._read_range(segment, memory, at, min(size, length - at))
+
+        start = position  # the segment position of buffer[0]
+        buffer = read(start, chunk_size)
         cursor = 0
         first = -1
-        while True:
-            if position + cursor >= length:
-                break
-            try:
-                header = read_header(buffer, cursor)
-            except BatchError:
+        while start + cursor < length:
+            if len(buffer) - cursor < HEADER_SIZE:
                 if first >= 0:
-                    break  # the chunk ends inside a batch: what is whole is enough for this read
-                more = self._read_range(
-                    segment, memory, position + len(buffer), min(chunk_size, length - position - len(buffer))
-                )
+                    break  # the next header is not in: what is whole is enough for this read
+                buffer, start, cursor = buffer[cursor:], start + cursor, 0  # less than a header: cheap
+                more = read(start + len(buffer), chunk_size)
                 if not more:
-                    raise LogCorruptError(f"{segment.path}: batch at byte {position + cursor} is cut") from None
+                    raise LogCorruptError(f"{segment.path}: batch header at byte {start} is cut")
                 buffer += more
                 continue
-            if header.next_offset <= offset:
+            try:
+                header = read_header(buffer, cursor, whole=False)
+            except BatchError as exc:
+                if first >= 0:
+                    break  # serve what came before the damage
+                raise LogCorruptError(f"{segment.path}: batch at byte {start + cursor}: {exc}") from None
+            if header.next_offset <= offset:  # before the wanted offset: step over it
                 cursor += header.length
+                if cursor > len(buffer):
+                    start, cursor = start + cursor, 0
+                    buffer = read(start, chunk_size)
                 continue
+            if first >= 0 and cursor + header.length - first > max_bytes:
+                break
+            if cursor + header.length > len(buffer):
+                if first >= 0:
+                    break
+                # The first batch wanted is larger than the chunk: read it whole, once.
+                start, cursor = start + cursor, 0
+                buffer = read(start, header.length)
+                if len(buffer) < header.length:
+                    raise LogCorruptError(f"{segment.path}: batch at byte {start} is cut")
             if first < 0:
                 first = cursor
-            elif cursor + header.length - first > max_bytes:
-                break
             cursor += header.length
-        return buffer[first:cursor] if first >= 0 else b""
+        if first < 0:
+            return b""
+        return buffer if (first, cursor) == (0, len(buffer)) else buffer[first:cursor]
 
     def _build_index(self, segment: _Segment) -> None:
         offsets, positions = array("q"), array("q")

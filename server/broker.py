@@ -55,6 +55,7 @@ class Broker:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self._standalone_owner = Owner(config.member_id, config.url, True)  # member_id asks the OS: once
         self.fs: FileSystem
         self.root: str
         self.fs, self.root = open_storage(config.storage)
@@ -254,7 +255,7 @@ class Broker:
     def owner_of(self, key: str) -> Owner:
         """Who the ring gives ``key`` now (this server when standalone)."""
         if self.cluster is None:
-            return Owner(self.config.member_id, self.config.url, True)
+            return self._standalone_owner
         return self.cluster.owner_of(key)
 
     async def io(self, function: Callable[..., T], *args: object) -> T:

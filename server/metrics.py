@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -28,6 +28,19 @@ __all__ = [
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REGISTRY = CollectorRegistry()
+# Labelled children of the counters touched by every produce and fetch, looked up once: ``labels()``
+# validates and locks on every call, a few microseconds that showed in the profile of the produce path.
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Counter, *labels: str) -> Any:
+    key = (id(metric), *labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
+
 _messages_in = Counter("talos_messages_in", "Messages produced", ["topic"], registry=REGISTRY)
 _bytes_in = Counter("talos_bytes_in", "Request bytes produced", ["topic"], registry=REGISTRY)
 _bytes_out = Counter("talos_bytes_out", "Batch bytes fetched", ["topic"], registry=REGISTRY)
@@ -92,10 +105,10 @@ _usage_errors = Counter(
 
 def usage(key: tuple[str, str, int], size: int, messages: int, error: bool) -> None:
     labels = (key[0], key[1], str(key[2]))
-    _usage_bytes.labels(*labels).inc(size)
-    _usage_messages.labels(*labels).inc(messages)
+    _child(_usage_bytes, *labels).inc(size)
+    _child(_usage_messages, *labels).inc(messages)
     if error:
-        _usage_errors.labels(*labels).inc()
+        _child(_usage_errors, *labels).inc()
 
 
 def denied(status: int) -> None:
@@ -119,18 +132,18 @@ def groups_coordinated(count: int) -> None:
 
 
 def produced(topic: str, messages: int, size: int) -> None:
-    _messages_in.labels(topic).inc(messages)
-    _bytes_in.labels(topic).inc(size)
+    _child(_messages_in, topic).inc(messages)
+    _child(_bytes_in, topic).inc(size)
 
 
 def fetched(topic: str, size: int) -> None:
     if size:
-        _bytes_out.labels(topic).inc(size)
+        _child(_bytes_out, topic).inc(size)
 
 
 def read_from(source: str) -> None:
     """A fetch was served from ``cache`` (memory) or ``storage`` (the segment files)."""
-    _reads.labels(source).inc()
+    _child(_reads, source).inc()
 
 
 def forwarded(outcome: str, size: int) -> None:

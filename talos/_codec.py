@@ -229,8 +229,9 @@ def encode_batch(
     return bytes(out)
 
 
-def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """Parse the header at ``pos`` and check magic and length against the buffer. No CRC check."""
+def read_header(buf: Buffer, pos: int = 0, *, whole: bool = True) -> BatchHeader:
+    """Parse the header at ``pos`` and check magic and length against the buffer. No CRC check.
+    With ``whole=False`` only the header need be in ``buf`` (to learn how long the batch is)."""
     available = len(buf) - pos
     if available < HEADER_SIZE:
         raise TruncatedBatchError(f"{available} bytes left, a batch header needs {HEADER_SIZE}")
@@ -240,7 +241,7 @@ def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
         raise CorruptBatchError(f"unknown magic {header.magic}")
     if header.length < HEADER_SIZE or header.record_count < 1:
         raise CorruptBatchError(f"impossible length {header.length} / count {header.record_count}")
-    if header.length > available:
+    if whole and header.length > available:
         raise TruncatedBatchError(f"batch of {header.length} bytes, only {available} present")
     return header
 

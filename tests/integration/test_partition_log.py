@@ -103,6 +103,24 @@ def test_max_bytes_limits_a_read_but_always_returns_one_batch(storage: Storage) 
     plog.close()
 
 
+def test_reads_step_over_and_complete_batches_larger_than_a_read_chunk(storage: Storage) -> None:
+    """Batches of ~200 KiB with a sparse index, read back from storage after a reopen: every read starts
+    at an indexed position several large batches before the offset and must step over them."""
+    plog = open_log(storage, index_interval_bytes=4 * 1024 * 1024)
+    big = [bytearray(batch(bytes([i]) * 100_000, bytes([i]) * 100_000)) for i in range(6)]
+    for data in big:
+        plog.append(data)  # patches each batch's base offset in place: ``big`` holds them as stored
+    plog.flush()
+    plog.close()
+    plog = open_log(storage, index_interval_bytes=4 * 1024 * 1024)
+    for offset in range(12):
+        one = plog.read(offset, 10)
+        assert one == bytes(big[offset // 2])  # the batch holding the offset, whole, though over max_bytes
+        three = plog.read(offset, 3 * len(big[0]))
+        assert three == b"".join(big[offset // 2 : offset // 2 + 3])
+    plog.close()
+
+
 def test_out_of_range_reads(storage: Storage) -> None:
     plog = open_log(storage)
     plog.append(batch(b"a"))

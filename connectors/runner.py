@@ -54,10 +54,19 @@ def build_task(
 
 
 class Runner:
-    def __init__(self, config: RunnerConfig, *, url: str, status_port: int | None = None, out: TextIO) -> None:
+    def __init__(
+        self,
+        config: RunnerConfig,
+        *,
+        url: str,
+        status_port: int | None = None,
+        status_host: str = "127.0.0.1",
+        out: TextIO,
+    ) -> None:
         self.config = config
         self.url = url
         self.status_port = status_port
+        self.status_host = status_host
         self.out = out
         self.stop = threading.Event()
         self.checkpoints = CheckpointStore(url)
@@ -137,9 +146,9 @@ class Runner:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = ThreadingHTTPServer((self.status_host, port), Handler)
         threading.Thread(target=self._server.serve_forever, name="connect-status", daemon=True).start()
-        self._print(f"talos connect: status at http://127.0.0.1:{self._server.server_address[1]}/status")
+        self._print(f"talos connect: status at http://{self.status_host}:{self._server.server_address[1]}/status")
 
 
 def _status_line(status: TaskStatus, rate: float | None) -> str:

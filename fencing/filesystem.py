@@ -135,7 +135,8 @@ class FileSystem(abc.ABC):
 def open_storage(url: str) -> tuple[FileSystem, str]:
     """Select the filesystem for a storage URL; returns it and the root path inside it.
 
-    ``file:///var/lib/talos`` or a plain path → local; ``hdfs://host:port/talos`` → HDFS.
+    ``file:///var/lib/talos`` or a plain path → local; ``hdfs://host:port/talos`` or
+    ``hdfs://nameservice/talos`` (NameNode HA, from ``HADOOP_CONF_DIR``) → HDFS.
     """
     parsed = urlparse(url)
     if parsed.scheme == "hdfs":
@@ -143,7 +144,9 @@ def open_storage(url: str) -> tuple[FileSystem, str]:
 
         if not parsed.hostname:
             raise ValueError(f"{url!r}: an hdfs:// URL needs a host (hdfs://host:port/path)")
-        namenode = f"hdfs://{parsed.hostname}:{parsed.port or 8020}"
+        # As given: without a port the host may be an HA nameservice of HADOOP_CONF_DIR's hdfs-site.xml,
+        # which the client resolves to the active NameNode (a bare host name gets port 8020 there too).
+        namenode = f"hdfs://{parsed.netloc}"
         return HdfsFileSystem(namenode), posixpath.normpath(parsed.path or "/")
     if parsed.scheme in ("file", ""):
         import os

@@ -25,17 +25,17 @@ USAGE_SCHEMA = (
 )
 
 
-def spark_session(master: str = "local[2]") -> Any:
-    """A local Spark session whose Python workers run this interpreter (so they import talos), with the
-    ``talos`` data source registered."""
+def spark_session(master: str | None = "local[2]") -> Any:
+    """A Spark session whose Python workers run this interpreter (so they import talos), with the ``talos``
+    data source registered. ``master=None`` keeps what spark-submit set (a driver on Kubernetes)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from connectors.spark import TalosDataSource
 
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     spark = (
-        SparkSession.builder.master(master)
-        .appName("talos-metering")
+        builder.appName("talos-metering")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.showConsoleProgress", "false")

@@ -51,7 +51,13 @@ def _seconds(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> None:
+# Seconds uvicorn gives open requests and long polls after SIGTERM, before the server flushes and seals its
+# partitions: a pod's terminationGracePeriodSeconds must cover both (tests/unit/test_k8s_manifests.py).
+GRACEFUL_SHUTDOWN_S = 10
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``talos server`` and ``talos standalone``."""
     parser = argparse.ArgumentParser(prog="python -m server", description="Run a Talos server.")
     commands = parser.add_subparsers(dest="command", required=True)
     standalone = commands.add_parser("standalone", help="one node on local storage (or --storage hdfs://...)")
@@ -86,9 +92,24 @@ def main(argv: list[str] | None = None) -> None:
         help="on SIGTERM leave the ring so partitions move at once (default: stay, as for a rolling restart)",
     )
     member.add_argument(
+        "--adopt-vacant-id",
+        action="store_true",
+        default=None,
+        help="register as a ring member whose server is gone (a replaced pod), so nothing moves; "
+        "env TALOS_ADOPT_VACANT_ID",
+    )
+    member.add_argument(
+        "--adopt-wait", type=_seconds, help="seconds to wait for a vacant ring member before joining as new (30)"
+    )
+    member.add_argument(
         "--metering-store",
         help="weight the ring by metered traffic: a DuckDB file, or druid:http://host:port (env TALOS_METERING_STORE)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     group_commit = None if args.group_commit is None else args.group_commit == "on"
@@ -105,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
             join_delay_s=args.join_delay,
             reassign_delay_s=args.reassign_delay,
             leave_on_shutdown=args.leave_on_shutdown,
+            adopt_vacant_id=args.adopt_vacant_id,
+            adopt_wait_s=args.adopt_wait,
             metering_store=args.metering_store,
         )
     try:
@@ -137,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         access_log=config.access_log,
         # X-Forwarded-For only matters for the client address in the access log; off, it costs nothing
         proxy_headers=config.access_log,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
 
 

@@ -88,23 +88,51 @@ class ClusterMember:
         self._keeper_thread.start()
 
     def _register(self, *, deadline: float) -> None:
-        # After a kill -9 our old registration lives until its session expires: wait for it, up to a point.
+        """Create this server's ephemeral registration.
+
+        After a kill -9 the old registration lives until its session expires: wait for it, up to
+        ``deadline``. With ``adopt_vacant_id`` the server may instead register as a ring member whose
+        server is gone (the pod it replaces), waiting up to ``adopt_wait_s`` for one to appear, so a
+        replacement changes no ring and moves no partition."""
+        adopt_until = time.monotonic() + self.config.adopt_wait_s if self.config.adopt_vacant_id else 0.0
+        deadline = max(deadline, adopt_until)
+        logged = False
         while True:
-            try:
-                self.zk.create(
-                    f"{paths.SERVERS}/{self.server_id}", orjson.dumps({"url": self.url}), ephemeral=True, makepath=True
-                )
+            for candidate in self._identities(waiting=time.monotonic() < adopt_until):
+                try:
+                    self.zk.create(
+                        f"{paths.SERVERS}/{candidate}", orjson.dumps({"url": self.url}), ephemeral=True, makepath=True
+                    )
+                except NodeExistsError:
+                    continue
+                if candidate != self.server_id:
+                    log.info("adopted the vacant ring member %s (was %s)", candidate, self.server_id)
+                self.server_id = candidate
                 self.registered = True
                 log.info("registered as %s at %s", self.server_id, self.url)
                 return
-            except NodeExistsError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"server id {self.server_id!r} is registered by another live server (or a crashed one "
-                        "whose ZooKeeper session has not expired yet)"
-                    ) from None
-                log.warning("server id %s is still registered (an earlier session?); waiting", self.server_id)
-                time.sleep(0.5)
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"server id {self.server_id!r} is registered by another live server (or a crashed one "
+                    "whose ZooKeeper session has not expired yet)"
+                )
+            if not logged:
+                logged = True
+                what = "a vacant ring member or " if self.config.adopt_vacant_id else ""
+                log.warning("waiting for %sserver id %s (held by an earlier session?)", what, self.server_id)
+            time.sleep(0.5)
+
+    def _identities(self, *, waiting: bool) -> list[str]:
+        """Ids to try registering under, best first: ours if the ring has it (a restart); then ring members
+        nobody serves (with adoption on); then, once done ``waiting`` for those, ``server_id`` as new."""
+        if not self.config.adopt_vacant_id:
+            return [self.server_id]
+        members = self._ring_store.read()[0].members
+        live = self._registry.live()
+        vacant = sorted(m for m in members if m not in live and m != self.server_id)
+        ours = [self.server_id] if self.server_id in members else []
+        fresh = [] if waiting or self.config.member_id in members else [self.config.member_id]
+        return list(dict.fromkeys([*ours, *vacant, *fresh]))
 
     def stop(self, *, leave: bool) -> None:
         """Deregister (after the broker released its partitions); with ``leave``, also take this server off

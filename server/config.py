@@ -62,6 +62,11 @@ class ServerConfig:
     ring_check_s: float = 1.0  # how often each server looks at registrations and the ring
     forward_hops: int = 2  # a forwarded request is forwarded at most this many times
     leave_on_shutdown: bool = False  # on SIGTERM leave the ring (partitions move now) instead of a restart
+    # Replaceable servers (a Kubernetes Deployment, whose pods get new names): register as a ring member
+    # whose server is gone (still inside reassign_delay), so a replacement moves no partition; wait up to
+    # adopt_wait_s for such a vacancy before joining under server_id as a new member.
+    adopt_vacant_id: bool = False
+    adopt_wait_s: float = 30.0
 
     @property
     def clustered(self) -> bool:

@@ -673,8 +673,14 @@ CONNECT_URL = click.option(
 @click.argument("config_file", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
 @CONNECT_URL
 @click.option("--status-port", type=click.IntRange(0, 65535), default=None, help="Serve GET /status (JSON) here.")
+@click.option(
+    "--status-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the status server (0.0.0.0 for Kubernetes probes).",
+)
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning"]))
-def connect_run(config_file: str, url: str | None, status_port: int | None, log_level: str) -> None:
+def connect_run(config_file: str, url: str | None, status_port: int | None, status_host: str, log_level: str) -> None:
     """Run the connectors of CONFIG.yaml until SIGTERM or Ctrl-C.
 
     Prints a status line per task every `status_interval_s` (10 s). Sinks commit their offsets in their
@@ -689,7 +695,9 @@ def connect_run(config_file: str, url: str | None, status_port: int | None, log_
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("urllib3", "opensearch", "hdfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    runner = Runner(config, url=_connect_url(url, config), status_port=status_port, out=sys.stderr)
+    runner = Runner(
+        config, url=_connect_url(url, config), status_port=status_port, status_host=status_host, out=sys.stderr
+    )
 
     def stop(*_: object) -> None:
         runner.stop.set()
@@ -773,6 +781,13 @@ def _open_store(store_path: str | None, druid: str | None) -> Any:
 @click.option("--interval", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds per batch.")
 @click.option("--once", is_flag=True, help="Count what is in __talos_metrics now, then stop.")
 @click.option("--max-records", type=click.IntRange(1), default=None, help="At most this many records per batch.")
+@click.option(
+    "--master",
+    envvar="TALOS_SPARK_MASTER",
+    default="local[2]",
+    show_default=True,
+    help="Spark master; 'submit': the one spark-submit set (a SparkApplication's driver). Env TALOS_SPARK_MASTER.",
+)
 def metering_run(
     url: str,
     store_path: str | None,
@@ -781,6 +796,7 @@ def metering_run(
     interval: float,
     once: bool,
     max_records: int | None,
+    master: str,
 ) -> None:
     """Run the metering job (Spark Structured Streaming over __talos_metrics) until Ctrl-C."""
     store = _open_store(store_path, druid)
@@ -790,7 +806,7 @@ def metering_run(
         while not any(t.name == "__talos_metrics" for t in admin.list_topics()):
             click.echo("waiting for the servers' first metrics (__talos_metrics)...", err=True)
             time.sleep(2)
-    spark = spark_session()
+    spark = spark_session(None if master == "submit" else master)
     query = start(
         spark, url=url, store=store, checkpoint=checkpoint, trigger_s=interval, once=once, max_records=max_records
     )

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
 
 from fencing import PartitionLog
 from talos import decode_records, iter_batches
@@ -47,3 +55,33 @@ def running_standalone(data_dir: Path, env: dict[str, str] | None = None) -> Ite
         yield instance.start()
     finally:
         instance.stop()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def kustomize_command() -> list[str]:
+    """How to render a kustomization: TALOS_KUSTOMIZE, the kustomize scripts/install puts in .venv/bin, one on
+    PATH, or ``kubectl kustomize``. None of them is a failure, not a skip: CI installs one."""
+    explicit = os.environ.get("TALOS_KUSTOMIZE")
+    beside_python = Path(sys.executable).parent / "kustomize"
+    for found in (explicit, str(beside_python) if beside_python.exists() else None, shutil.which("kustomize")):
+        if found:
+            return [found, "build"]
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        return [kubectl, "kustomize"]
+    pytest.fail("no kustomize to render k8s/: run scripts/install --dev (or set TALOS_KUSTOMIZE)")
+
+
+def render_overlay(name: str) -> list[dict[str, Any]]:
+    """The objects ``kustomize build k8s/overlays/NAME`` prints."""
+    done = subprocess.run(
+        [*kustomize_command(), str(REPO / "k8s" / "overlays" / name)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"kustomize build k8s/overlays/{name} failed:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from talos import Producer
 from talos.devservices import (
     ClusterServer,
     ClusterSettings,
@@ -119,6 +120,17 @@ class Cluster:
         table = get_json(f"{server.url}/v1/routes?topic={topic}")["topics"]
         assert isinstance(table, dict)
         return {int(e["partition"]): str(e["owner"]) for e in table[topic]}
+
+    def seed(self, topic: str, *, prefix: str, partitions: int = 6, count: int = 60) -> None:
+        """Create ``topic`` and write ``prefix:i`` for i < count, round-robin over its partitions."""
+        post_json(f"{self.any_alive().url}/v1/topics", {"name": topic, "partitions": partitions})
+        self.write(topic, prefix=prefix, numbers=range(count), partitions=partitions)
+
+    def write(self, topic: str, *, prefix: str, numbers: range, partitions: int = 6) -> None:
+        """Write ``prefix:i`` for each i in ``numbers`` to partition i % partitions (acknowledged on return)."""
+        with Producer(self.any_alive().url) as producer:
+            for i in numbers:
+                producer.send(topic, f"{prefix}:{i}".encode(), partition=i % partitions)
 
     def stop(self) -> None:
         for server in self.servers.values():

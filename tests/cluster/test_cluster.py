@@ -23,6 +23,13 @@ from tests.cluster.conftest import FAST, Cluster, get_json, metric, post_json, s
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
 
 
+def assert_round_robin(url: str, topic: str, *, prefix: str, count: int, partitions: int = 6) -> None:
+    """The topic holds exactly what ``Cluster.seed``/``write`` wrote, each partition in order."""
+    stored = read_all(url, topic)
+    for partition in range(partitions):
+        assert stored[partition] == [f"{prefix}:{i}".encode() for i in range(count) if i % partitions == partition]
+
+
 def read_all(url: str, topic: str) -> dict[int, list[bytes]]:
     """Every message of every partition, from the start, in offset order (checked contiguous)."""
     out: dict[int, list[bytes]] = defaultdict(list)
@@ -214,10 +221,7 @@ def test_kill_9_moves_partitions_after_the_delay_and_loses_nothing(cluster: Clus
 @pytest.mark.parametrize("how", ["graceful", "kill"])
 def test_restart_within_reassign_delay_moves_nothing(cluster: Cluster, how: str) -> None:
     s1, s2 = cluster.servers["s1"], cluster.servers["s2"]
-    post_json(f"{s1.url}/v1/topics", {"name": "steady", "partitions": 6})
-    with Producer(s1.url) as producer:
-        for i in range(60):
-            producer.send("steady", f"w:{i}".encode(), partition=i % 6)
+    cluster.seed("steady", prefix="w")
     version, members = cluster.ring()
     routes = cluster.routes("steady")
 
@@ -232,12 +236,8 @@ def test_restart_within_reassign_delay_moves_nothing(cluster: Cluster, how: str)
     assert cluster.ring() == (version, members), "a restart inside the delay must not change the ring"
     assert cluster.routes("steady") == routes
 
-    with Producer(s1.url) as producer:
-        for i in range(60, 120):
-            producer.send("steady", f"w:{i}".encode(), partition=i % 6)
-    stored = read_all(s1.url, "steady")
-    for partition in range(6):
-        assert stored[partition] == [f"w:{i}".encode() for i in range(120) if i % 6 == partition]
+    cluster.write("steady", prefix="w", numbers=range(60, 120))
+    assert_round_robin(s1.url, "steady", prefix="w", count=120)
 
 
 @pytest.mark.slow
@@ -313,10 +313,7 @@ def test_graceful_leave_moves_partitions_at_once(zookeeper: ZooKeeperServer, hdf
         leaver = cluster.add("s3", extra_args=("--leave-on-shutdown",))
         cluster.wait_members({"s1", "s2", "s3"})
         s1 = cluster.servers["s1"]
-        post_json(f"{s1.url}/v1/topics", {"name": "drain", "partitions": 6})
-        with Producer(s1.url) as producer:
-            for i in range(60):
-                producer.send("drain", f"w:{i}".encode(), partition=i % 6)
+        cluster.seed("drain", prefix="w")
         leaving = {p for p, owner in cluster.routes("drain").items() if owner == "s3"}
         assert leaving
         stopped_at = time.monotonic()

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from talos import Producer
 from talos.devservices import HdfsCluster, ZooKeeperServer
-from tests.cluster.conftest import FAST, Cluster, get_json, post_json, start_cluster
-from tests.cluster.test_cluster import read_all
+from tests.cluster.conftest import FAST, Cluster, get_json, start_cluster
+from tests.cluster.test_cluster import assert_round_robin
 
 # Long enough that a replacement starting under CI load comes inside it.
 SETTINGS = dataclasses.replace(FAST, reassign_delay_s=15.0)
@@ -36,10 +35,7 @@ def pair(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> Itera
 
 def test_a_replacement_adopts_the_vacant_member_and_moves_nothing(pair: Cluster) -> None:
     s1, s2 = pair.servers["s1"], pair.servers["s2"]
-    post_json(f"{s1.url}/v1/topics", {"name": "pods", "partitions": 6})
-    with Producer(s1.url) as producer:
-        for i in range(60):
-            producer.send("pods", f"m:{i}".encode(), partition=i % 6)
+    pair.seed("pods", prefix="m")
     version, members = pair.ring()
     routes = pair.routes("pods")
     assert "s2" in routes.values()
@@ -55,12 +51,8 @@ def test_a_replacement_adopts_the_vacant_member_and_moves_nothing(pair: Cluster)
     assert isinstance(table, dict)
     assert {e["url"] for e in table["pods"] if e["owner"] == "s2"} == {replacement.url}
 
-    with Producer(s1.url) as producer:
-        for i in range(60, 120):
-            producer.send("pods", f"m:{i}".encode(), partition=i % 6)
-    stored = read_all(s1.url, "pods")
-    for partition in range(6):
-        assert stored[partition] == [f"m:{i}".encode() for i in range(120) if i % 6 == partition]
+    pair.write("pods", prefix="m", numbers=range(60, 120))
+    assert_round_robin(s1.url, "pods", prefix="m", count=120)
 
 
 def test_with_no_vacancy_a_new_server_joins_under_its_own_id(pair: Cluster) -> None:

@@ -184,7 +184,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/readyz", tags=["health"], summary="Readiness: storage reachable (and registered, in a cluster)")
     async def readyz() -> Response:
         try:
-            await asyncio.get_running_loop().run_in_executor(broker().executor, broker().fs.exists, broker().root)
+            # Not on the storage pools: a probe queued behind slow flushes would mark every server unready at once.
+            await asyncio.to_thread(broker().fs.exists, broker().root)
         except Exception as exc:
             return error_response(ApiError(503, "NOT_READY", f"storage unreachable: {exc}", retriable=True))
         cluster = broker().cluster

@@ -8,6 +8,7 @@ operator's CRD: no other field is allowed, the types and enums are the CRD's).
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shlex
@@ -67,7 +68,6 @@ SPARK_APPLICATION: dict[str, Any] = {
             "required": ["driver", "executor", "mainApplicationFile", "sparkVersion", "type"],
             "properties": {
                 "type": {"enum": ["Java", "Python", "Scala", "R"]},
-                "pythonVersion": {"enum": ["2", "3"]},
                 "mode": {"enum": ["cluster", "client"]},
                 "image": {"type": "string"},
                 "imagePullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
@@ -170,20 +170,18 @@ def test_every_object_passes_strict_validation(rendered: dict[str, list[dict[str
 
 def test_the_validation_is_strict(rendered: dict[str, list[dict[str, Any]]]) -> None:
     """A misspelt field or a wrong type fails: the check above can fail."""
-    deployment, container = _server(rendered["dev"])
+    deployment, container = copy.deepcopy(_server(rendered["dev"]))
     container["readinessProbe"]["httpGet"]["pth"] = "/readyz"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, KUBERNETES, strict=True)
-    del container["readinessProbe"]["httpGet"]["pth"]
-    deployment["spec"]["replicas"] = "three"
+    deployment, _ = copy.deepcopy(_server(rendered["dev"]))
+    deployment["spec"]["revisionHistoryLimit"] = "five"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, KUBERNETES, strict=True)
-    deployment["spec"]["replicas"] = 3
-    application = _one(rendered["prod"], "SparkApplication", "talos-metering")
+    application = copy.deepcopy(_one(rendered["prod"], "SparkApplication", "talos-metering"))
     application["spec"]["driver"]["coreRequests"] = "1"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(application, SPARK_APPLICATION)
-    del application["spec"]["driver"]["coreRequests"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -280,7 +278,9 @@ def test_selectors_and_references_resolve(rendered: dict[str, list[dict[str, Any
             assert selects(spec.get("selector", spec.get("podSelector", {}))), obj["metadata"]["name"]
         elif kind == "HorizontalPodAutoscaler":
             assert spec["scaleTargetRef"]["name"] in pods
-            assert spec["minReplicas"] <= _one(objects, "Deployment", "talos-server")["spec"]["replicas"]
+            # The autoscaler owns the count: a replicas field would reset it on every apply.
+            assert "replicas" not in _one(objects, "Deployment", spec["scaleTargetRef"]["name"])["spec"]
+            assert 3 <= spec["minReplicas"] <= spec["maxReplicas"]
         elif kind == "Ingress":
             services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
             backends = [p["backend"]["service"]["name"] for r in spec["rules"] for p in r["http"]["paths"]]
@@ -365,7 +365,8 @@ def test_only_servers_reach_zookeeper(rendered: dict[str, list[dict[str, Any]]],
         assert expressions == [{"key": "app.kubernetes.io/component", "operator": "NotIn", "values": ["server"]}]
         assert policy["spec"]["policyTypes"] == ["Egress"]
         blocks = [peer["ipBlock"] for rule in policy["spec"]["egress"] for peer in rule["to"] if "ipBlock" in peer]
-        assert blocks and all(block["except"] for block in blocks)
+        ipv4 = [block for block in blocks if block["cidr"] == "0.0.0.0/0"]
+        assert ipv4 and all(block.get("except") for block in ipv4), "the ensemble's range must be excepted"
         assert len(zk_servers) >= 3
 
 
@@ -473,6 +474,7 @@ def test_entrypoint_starts_a_spark_executor_with_its_options_in_order() -> None:
         "SPARK_APPLICATION_ID": "spark-1",
         "SPARK_EXECUTOR_POD_IP": "10.0.0.9",
         "SPARK_EXECUTOR_POD_NAME": "talos-metering-exec-3",
+        "HADOOP_CONF_DIR": "/etc/hadoop/conf",
         # Numeric order, not string order: 10 comes after 2.
         **{f"SPARK_JAVA_OPT_{i}": f"-Dopt{i}=x" for i in (0, 1, 2, 10)},
     }
@@ -483,6 +485,10 @@ def test_entrypoint_starts_a_spark_executor_with_its_options_in_order() -> None:
     for flag in ("--executor-id 3", "--hostname 10.0.0.9", "--app-id spark-1", "--podName talos-metering-exec-3"):
         assert flag in joined
     assert "-Xmx1g" in argv
+    # Spark's and Hadoop's configuration ahead of the jars, so hdfs://NAMESERVICE resolves on executors.
+    classpath = argv[argv.index("-cp") + 1].split(":")
+    assert classpath[:2] == ["/opt/spark/conf", "/etc/hadoop/conf"]
+    assert classpath[-1] == "/opt/spark/jars/*"
 
 
 def test_prod_servers_resolve_the_hdfs_nameservice(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -503,3 +509,16 @@ def test_prod_servers_resolve_the_hdfs_nameservice(rendered: dict[str, list[dict
     assert application["hadoopConfigMap"] == volume["configMap"]["name"]
     checkpoint = application["arguments"][application["arguments"].index("--checkpoint") + 1]
     assert urlparse(checkpoint).hostname == storage.hostname
+
+
+def test_zookeeper_keeps_its_transaction_log_on_its_volume(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Snapshots and the transaction log (acknowledged writes) both on the member's claim, not an emptyDir."""
+    statefulset = _one(rendered["dev"], "StatefulSet", "zookeeper")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    claims = {t["metadata"]["name"] for t in statefulset["spec"]["volumeClaimTemplates"]}
+    on_claims = [m["mountPath"] for m in container["volumeMounts"] if m["name"] in claims]
+    env = {v["name"]: v["value"] for v in container["env"]}
+    data_dir = env.get("ZOO_DATA_DIR", "/data")  # the image's defaults
+    log_dir = env.get("ZOO_DATA_LOG_DIR", "/datalog")
+    for directory in (data_dir, log_dir):
+        assert any(directory == m or directory.startswith(m + "/") for m in on_claims), directory

@@ -32,6 +32,7 @@ from server.groups import GroupCoordinator
 from server.groups import api as groups_api
 from server.messages import BATCH_CONTENT_TYPE
 from server.portal import pages as portal_pages
+from server.readiness import StorageCheck
 from server.reply import as_response, json_response
 from server.security import api as security_api
 from server.security import audit
@@ -118,6 +119,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         broker = await Broker.start(config)
         broker_holder["broker"] = broker
         app.state.broker = broker
+        app.state.storage_check = StorageCheck(lambda: broker.fs.exists(broker.root))
         app.state.coordinator = coordinator = GroupCoordinator(broker)
         maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator))
         refreshing = asyncio.get_running_loop().create_task(broker.security.run())
@@ -183,11 +185,9 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/readyz", tags=["health"], summary="Readiness: storage reachable (and registered, in a cluster)")
     async def readyz() -> Response:
-        try:
-            # Not on the storage pools: a probe queued behind slow flushes would mark every server unready at once.
-            await asyncio.to_thread(broker().fs.exists, broker().root)
-        except Exception as exc:
-            return error_response(ApiError(503, "NOT_READY", f"storage unreachable: {exc}", retriable=True))
+        problem = await app.state.storage_check.problem()
+        if problem is not None:
+            return error_response(ApiError(503, "NOT_READY", problem, retriable=True))
         cluster = broker().cluster
         if cluster is not None and not (cluster.registered and cluster.zk.connected):
             return error_response(ApiError(503, "NOT_READY", "not registered in ZooKeeper", retriable=True))

@@ -17,6 +17,7 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import fields
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -28,6 +29,7 @@ from click.testing import CliRunner
 
 from connectors.config import load_config as load_connectors_config
 from server.__main__ import GRACEFUL_SHUTDOWN_S, build_parser
+from server.app import create_app
 from server.config import ServerConfig, load_config
 from talos.cli import main as talos_main
 from tests.helpers import REPO, render_overlay
@@ -195,7 +197,7 @@ def test_probes_port_and_settings_match_the_server(rendered: dict[str, list[dict
         get = container[probe]["httpGet"]
         assert ports[get["port"]] == config.port, probe
     assert config.host == "0.0.0.0"
-    routes = _server_routes()
+    routes = {getattr(route, "path", "") for route in create_app(ServerConfig()).routes}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" in routes
     assert container["startupProbe"]["httpGet"]["path"] in routes
@@ -208,12 +210,6 @@ def test_probes_port_and_settings_match_the_server(rendered: dict[str, list[dict
     assert config.advertised_url == f"http://{DOWNWARD_API['status.podIP']}:8080"
     assert config.member_id == DOWNWARD_API["metadata.name"]
     build_parser().parse_args(container["args"][1:])  # talos server's own arguments
-
-
-def _server_routes() -> set[str]:
-    from server.app import create_app
-
-    return {getattr(route, "path", "") for route in create_app(ServerConfig()).routes}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -395,25 +391,19 @@ def test_container_arguments_are_accepted(rendered: dict[str, list[dict[str, Any
     assert application["arguments"][:2] == ["--master", "submit"]
 
 
-def test_sparkapplication_runs_the_metering_module_of_the_image() -> None:
-    application = next(o for o in render_overlay("prod") if o["kind"] == "SparkApplication")["spec"]
+def test_sparkapplication_runs_the_metering_module_of_the_image(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    application = _one(rendered["prod"], "SparkApplication", "talos-metering")["spec"]
     dockerfile = (REPO / "Dockerfile").read_text()
     python = re.search(r"^FROM python:(\d+\.\d+)-", dockerfile, re.M)
     venv = re.search(r"python -m venv (\S+)", dockerfile)
     assert python and venv
     expected = f"local://{venv.group(1)}/lib/python{python.group(1)}/site-packages/metering/__main__.py"
     assert application["mainApplicationFile"] == expected
-    assert application["sparkVersion"] == _installed("pyspark")
+    assert application["sparkVersion"] == version("pyspark")
     command = [sys.executable, "-m", "metering", "--help"]
     done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Usage: talos metering run" in done.stdout
-
-
-def _installed(distribution: str) -> str:
-    from importlib.metadata import version
-
-    return version(distribution)
 
 
 def test_dockerfile_installs_every_package() -> None:

@@ -141,9 +141,11 @@ class ClusterMember:
         if self._keeper_thread is not None:
             self._keeper_thread.join(timeout=5)
         with contextlib.suppress(KazooException, KazooTimeoutError):
+            # Deregister first: a registered server missing from the ring is one the other servers' ring
+            # keepers add back, so leaving first would race them (and the ring would take us back).
+            self._registry.deregister(self.server_id)
             if leave:
                 self._leave_ring()
-            self._registry.deregister(self.server_id)
         self.registered = False
         with contextlib.suppress(KazooException, KazooTimeoutError):
             self.zk.stop()
@@ -152,8 +154,8 @@ class ClusterMember:
     def _leave_ring(self) -> None:
         for _attempt in range(10):
             ring, version = self._ring_store.read()
-            if self.server_id not in ring.members:
-                return
+            if self.server_id not in ring.members or self.server_id in self._registry.live():
+                return  # gone already, or adopted by a replacement since we deregistered: it is theirs now
             members = {m: v for m, v in ring.members.items() if m != self.server_id}
             if self._ring_store.publish(ring.with_members(members), version):
                 log.info("left the ring (version %d)", ring.version + 1)

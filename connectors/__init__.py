@@ -2,8 +2,8 @@
 Elasticsearch sources and sinks, and the PySpark data source ``talos`` (``connectors.spark``).
 
 Layout: ``config`` (the YAML file, validated), ``runner`` and ``task`` (threads, restarts, status),
-``sink`` (group members that write then commit), ``source`` (exactly-once writes with checkpoints in
-``__connect_offsets``), ``checkpoints``, and one package per target system (``hdfs``, ``elasticsearch``).
+``sink`` (group members that write then commit), ``source`` (exactly-once writes with checkpoints kept
+by the servers), ``checkpoints``, and one package per target system (``hdfs``, ``elasticsearch``).
 """
 
 from __future__ import annotations

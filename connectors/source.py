@@ -2,8 +2,8 @@
 
 Every record carries two headers: ``talos-connector`` (the connector's name) and ``talos-source`` (where
 it came from: ``<file>#<file id>:<byte offset>``, ``<index>/<id>``). A task checkpoints its source
-positions in ``__connect_offsets`` only after the producer has every record before them acknowledged,
-together with ``scan_from``: per partition, an offset before which none of its records can lack a
+positions (through the servers' connector offsets API) only after the producer has every record before
+them acknowledged, together with ``scan_from``: per partition, an offset before which none of its records can lack a
 checkpoint. A crash after a write and before the next checkpoint re-reads those source records, but
 first the task reads its topic from ``scan_from`` to the end and collects the ``talos-source`` ids it
 finds: the proof that they were written. Those are skipped (counted as ``skipped``), so each one is in
@@ -78,7 +78,6 @@ class SourceWriter:
         """Load the connector's checkpoints (every task's: a task may take over another's files) and
         collect what was written after them. Returns each task's checkpointed state; then call
         :meth:`expect`."""
-        self._checkpoints.ensure_topic()
         documents = self._checkpoints.load(self.connector)
         if self.task not in documents:
             # Before writing anything: record where this task's records can start to appear.

@@ -1,7 +1,7 @@
 """``talos connect status``: what Talos itself holds about each connector, with or without a runner.
 
 A sink's progress is its consumer group (``connect-<name>``): members, and per partition the committed
-offset and the lag. A source's is its checkpoints in ``__connect_offsets``.
+offset and the lag. A source's is its checkpoints (``GET /v1/connectors/{name}/offsets``).
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ def _sink(url: str, connector: ConnectorConfig) -> dict[str, Any]:
 
 
 def _source(url: str, connector: ConnectorConfig) -> dict[str, Any]:
+    store = CheckpointStore(url)
     try:
-        checkpoints = CheckpointStore(url).load(connector.name)
-    except NotFoundError:  # no __connect_offsets yet
-        checkpoints = {}
+        checkpoints = store.load(connector.name)
+    finally:
+        store.close()
     if not checkpoints:
         return {"summary": "not started yet (no checkpoints)", "lines": [], "detail": None}
     lines = []

@@ -15,9 +15,12 @@ from typing import Any
 
 from metering.store import COUNTERS, MinuteUsage, Store
 
-__all__ = ["USAGE_SCHEMA", "count_batch", "spark_session", "start"]
+__all__ = ["SERVER_HEADER", "USAGE_SCHEMA", "count_batch", "server_usage", "spark_session", "start"]
 
 METRICS_TOPIC = "__talos_metrics"
+# Set by a server's usage emitter on each record it writes, to its own id (the document's "server"). Only
+# the servers write to __talos_metrics (tenants are refused); records without it are not usage.
+SERVER_HEADER = "talos-server"
 USAGE_SCHEMA = (
     "server string, window_start_ms long, window_end_ms long, tenant string, topic string, partition int, "
     "bytes_in long, messages_in long, bytes_out long, messages_out long, requests long, errors long, "
@@ -63,12 +66,25 @@ def count_batch(batch: Any, store: Store) -> int:
     }
     if not ends:
         return 0
-    usage = batch.select(f.from_json(f.col("value").cast("string"), USAGE_SCHEMA).alias("u")).select("u.*")
+    usage = server_usage(batch)
     minute = (f.floor(f.col("window_start_ms") / 60000) * 60000).cast("long").alias("minute_ms")
     sums = [f.sum(c).alias(c) for c in COUNTERS] + [f.max("latency_ms_max").alias("latency_ms_max")]
     rows = usage.groupBy(minute, "tenant", "topic", "partition").agg(*sums).collect()
     store.ingest([MinuteUsage(**row.asDict()) for row in rows], ends)
     return sum(ends.values()) - sum(positions.get(p, 0) for p in ends)
+
+
+def server_usage(batch: Any) -> Any:
+    """The usage documents (``USAGE_SCHEMA`` columns) of the rows a server wrote: :data:`SERVER_HEADER`
+    present and naming the server the document names. Anything else (a forgery written before tenants
+    were kept out of the topic) would bill some tenant for traffic that never happened."""
+    from pyspark.sql import functions as f
+
+    documents = batch.select(
+        f.col("headers").getItem(SERVER_HEADER).cast("string").alias("origin"),
+        f.from_json(f.col("value").cast("string"), USAGE_SCHEMA).alias("u"),
+    )
+    return documents.filter(f.col("origin").isNotNull() & (f.col("origin") == f.col("u.server"))).select("u.*")
 
 
 def start(

@@ -13,6 +13,7 @@ import uvicorn
 
 from server.app import create_asgi
 from server.config import load_config
+from server.connections import connection_limits, protocol_class, raise_fd_limit
 
 
 class JsonFormatter(logging.Formatter):
@@ -42,6 +43,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="bearer tokens required (auto: on in cluster mode, off standalone; env TALOS_AUTH). "
         "The admin token comes from TALOS_ADMIN_TOKEN or the config file, never a flag (flags show in ps)",
     )
+    parser.add_argument(
+        "--metrics-labels",
+        choices=["admin", "public"],
+        help="with auth on, who sees /metrics series by tenant, topic and partition: only the admin token "
+        "(default; others get totals) or anyone (env TALOS_METRICS_LABELS)",
+    )
+    limits = parser.add_argument_group("client connections (env TALOS_<NAME>, e.g. TALOS_HEADER_TIMEOUT_S)")
+    for flag, kind, text in CONNECTION_FLAGS:
+        limits.add_argument(flag, type=_seconds if kind is float else _count, help=text)
 
 
 def _seconds(text: str) -> float:
@@ -49,6 +59,26 @@ def _seconds(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")
     return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+# Flags of both commands for the limits on client connections (server/connections.py); talos/cli.py passes the
+# same names through from `talos standalone`.
+CONNECTION_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--header-timeout", float, "seconds a request head may take to arrive, else 408 (10)"),
+    ("--body-idle-timeout", float, "seconds a request body may send nothing, else 408 (30)"),
+    ("--body-timeout", float, "seconds a request body may take in all, else 408 (120)"),
+    ("--keep-alive-timeout", float, "seconds an idle keep-alive connection stays open (20)"),
+    ("--max-connections", int, "open client connections; more are answered 503 and closed (0: from the fd limit)"),
+    ("--max-requests-per-connection", int, "requests per keep-alive connection, then it closes (10000; 0: no cap)"),
+    ("--max-header-bytes", int, "largest request head, else 431 (32768)"),
+)
 
 
 # Seconds uvicorn gives open requests and long polls after SIGTERM, before the server flushes and seals its
@@ -113,7 +143,22 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     group_commit = None if args.group_commit is None else args.group_commit == "on"
-    flags: dict[str, Any] = {"host": args.host, "port": args.port, "group_commit": group_commit, "auth": args.auth}
+    flags: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "group_commit": group_commit,
+        "auth": args.auth,
+        "metrics_labels": args.metrics_labels,
+    }
+    flags.update(
+        header_timeout_s=args.header_timeout,
+        body_idle_timeout_s=args.body_idle_timeout,
+        body_timeout_s=args.body_timeout,
+        keep_alive_timeout_s=args.keep_alive_timeout,
+        max_connections=args.max_connections,
+        max_requests_per_connection=args.max_requests_per_connection,
+        max_header_bytes=args.max_header_bytes,
+    )
     if args.command == "standalone":
         flags["storage"] = args.storage or args.data_dir
     else:
@@ -137,6 +182,8 @@ def main(argv: list[str] | None = None) -> None:
         elif config.clustered:
             raise ValueError("standalone does not use ZooKeeper: unset TALOS_ZK or run `talos server`")
         config.validate_auth()
+        # Before anything opens a file: the cap on connections keeps the server clear of EMFILE.
+        limits = connection_limits(config, raise_fd_limit())
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     handler = logging.StreamHandler(sys.stderr)
@@ -155,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         host=config.host,
         port=config.port,
         loop="uvloop",
-        http="httptools",
+        http=protocol_class(limits),
+        timeout_keep_alive=config.keep_alive_timeout_s,  # type: ignore[arg-type]
         log_config=None,
         access_log=config.access_log,
         # X-Forwarded-For only matters for the client address in the access log; off, it costs nothing

@@ -13,33 +13,35 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from fencing import OffsetOutOfRangeError
-from server import messages, metrics, portal
+from server import connector_offsets, messages, metrics, openapi, portal
+from server import partition_quota as partition_quotas
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
 from server.fastpath import FastPath, authorize_message, read_body
 from server.groups import GroupCoordinator
 from server.groups import api as groups_api
-from server.messages import BATCH_CONTENT_TYPE
+from server.messages import BATCH_CONTENT_TYPE, INT64_MAX
 from server.portal import pages as portal_pages
+from server.portal.headers import PortalHeaders
 from server.readiness import StorageCheck
 from server.reply import as_response, json_response
 from server.security import api as security_api
 from server.security import audit
-from server.security.access import Principal, actions_on
+from server.security.access import Principal, actions_on, hidden
 from server.security.api import principal
 from server.security.state import QUOTA_FIELDS
-from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
+from server.topics import MAX_PARTITIONS, TopicConfig, unknown_topic, validate_topic_name
 from server.usage_emitter import UsageEmitter
 
 __all__ = ["create_app", "create_asgi"]
@@ -50,21 +52,21 @@ log = logging.getLogger("talos.server")
 class TopicCreate(BaseModel):
     name: str = Field(description="1-249 of A-Z a-z 0-9 . _ -, not starting with . _ -")
     partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
-    retention_ms: int | None = Field(None, ge=0)
-    retention_bytes: int | None = Field(None, ge=0)
+    retention_ms: int | None = Field(None, ge=0, le=INT64_MAX)
+    retention_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
     tenant: str | None = Field(None, description="the owner (the admin only; a tenant's topics are its own)")
 
 
 class ProducerInit(BaseModel):
     producer_id: int | None = Field(
-        None, ge=0, description="an id allocated before: its next epoch, which fences the older instance"
+        None, ge=0, le=INT64_MAX, description="an id allocated before: its next epoch, which fences the older instance"
     )
 
 
 class TopicPatch(BaseModel):
     partitions: int | None = Field(None, ge=1, le=MAX_PARTITIONS, description="only more partitions")
-    retention_ms: int | None = Field(None, ge=0)
-    retention_bytes: int | None = Field(None, ge=0)
+    retention_ms: int | None = Field(None, ge=0, le=INT64_MAX)
+    retention_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
 
 
 _PRODUCE_SCHEMA: dict[str, Any] = {
@@ -101,6 +103,33 @@ _PRODUCE_SCHEMA: dict[str, Any] = {
 }
 
 
+# The fast path takes canonical indexes (ASCII digits); whatever it passes on is checked here, as a bounded int.
+PartitionIndex = Annotated[int, Path(ge=0, le=MAX_PARTITIONS - 1, description="the partition's index")]
+
+
+def _query(
+    name: str, description: str, *, required: bool = False, low: int = 0, high: int = INT64_MAX
+) -> dict[str, Any]:
+    schema = {"type": "integer", "minimum": low, "maximum": high}
+    return {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
+
+
+_FETCH_SCHEMA: dict[str, Any] = {
+    "parameters": [
+        _query("offset", "the first offset to read", required=True),
+        _query("max_messages", "at most this many messages (JSON answers)", low=1, high=100_000),
+        _query("max_bytes", "at most about this many bytes of batches", low=1, high=64 * 1024 * 1024),
+        _query("wait_ms", "long poll: wait this long for data at offset (bounded by the server's max_wait_ms)"),
+    ]
+}
+_OFFSETS_SCHEMA: dict[str, Any] = {
+    "parameters": [
+        _query("timestamp", "also answer the first offset at or after this time (ms since the epoch)"),
+        _query("session", "also answer how far that load session got durable"),
+    ]
+}
+
+
 async def read_request_body(request: Request, limit: int) -> bytes:
     return await read_body(request.receive, limit, request.headers.get("content-length"))
 
@@ -108,7 +137,7 @@ async def read_request_body(request: Request, limit: int) -> bytes:
 def create_asgi(config: ServerConfig) -> FastPath:
     """The application as served: the fast path for produce/fetch/offsets in front of FastAPI."""
     app = create_app(config)
-    return FastPath(app, lambda: app.state.broker)
+    return FastPath(PortalHeaders(app), lambda: app.state.broker)
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -221,8 +250,22 @@ def create_app(config: ServerConfig) -> FastAPI:
         return json_response({"mode": mode, "ring_version": ring_version, "topics": table})
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.render(broker()), media_type=metrics.CONTENT_TYPE)
+    async def prometheus(request: Request) -> Response:
+        return Response(
+            metrics.render(broker(), labelled=await labelled_metrics(request)), media_type=metrics.CONTENT_TYPE
+        )
+
+    async def labelled_metrics(request: Request) -> bool:
+        """Whether /metrics shows series by tenant and topic: to everyone with ``metrics_labels = "public"``
+        or auth off; else only to the admin token (anyone else gets the totals: no tenant or topic names)."""
+        b = broker()
+        if b.config.metrics_labels == "public" or not b.security.enabled:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return False
+        who = await b.security.principal_of(token.strip())
+        return who is not None and who.admin
 
     # ---------------------------------------------------------------- topics
 
@@ -230,18 +273,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         return topic.to_json()
 
     def check_partition_quota(tenant: str | None, topic: str | None, partitions: int) -> None:
-        """Partition count quotas: the tenant's total over its topics, and a topic's own limit."""
-        security = broker().security
-        if tenant is not None and (entry := security.state.tenants.get(tenant)) is not None:
-            limit = entry.quota.partitions
-            used = sum(t.partitions for t in broker().list_topics() if t.tenant == tenant and t.name != topic)
-            if limit is not None and used + partitions > limit:
-                raise partition_quota(
-                    f"tenant {tenant!r} would have {used + partitions} partitions; its quota is {limit}"
-                )
-        topic_limit = security.state.topic_quota(topic).partitions if topic is not None else None
-        if topic_limit is not None and partitions > topic_limit:
-            raise partition_quota(f"topic {topic!r} would have {partitions} partitions; its quota is {topic_limit}")
+        partition_quotas.check_partition_quota(broker(), tenant, topic, partitions)
 
     def visible(who: Principal, topic: TopicConfig) -> bool:
         security = broker().security
@@ -250,6 +282,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     def readable_topic(who: Principal, name: str) -> TopicConfig:
         config = broker().topic(name)
         if not visible(who, config):
+            if hidden(name, frozenset()):  # as if it did not exist: no tenant learns others' topic names
+                raise unknown_topic(name)
             raise ApiError(403, "FORBIDDEN", f"tenant {who.name!r} may not see topic {name[:300]!r}")
         return config
 
@@ -311,6 +345,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         if body.partitions is not None:
             check_partition_quota(current.tenant, topic, body.partitions)
         changes = body.model_dump(exclude_unset=True)
+        if "partitions" in changes and changes["partitions"] is None:  # null: unchanged (it stored None)
+            del changes["partitions"]
         updated = await broker().update_topic(topic, **changes)
         detail = ", ".join(f"{k}={v}" for k, v in changes.items())
         await audit.record(broker(), who, "topic.update", topic, tenant=current.tenant, detail=detail)
@@ -321,6 +357,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         who = principal(request)
         current = broker().topic(topic)
         broker().security.authorize(who, current, "admin")
+        # Its grants go first: a deletion that stops half-way leaves a topic nobody else reads, never a grant
+        # that a topic made later under the name would inherit.
+        await broker().security.change(lambda s: s.forget_topic_grants(topic))
         await broker().delete_topic(topic)
         if topic in broker().security.state.topic_quotas:  # a new topic of the same name starts unlimited
             await broker().security.change(lambda s: s.set_quota(None, topic, dict.fromkeys(QUOTA_FIELDS)))
@@ -344,8 +383,9 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise ApiError(400, "INVALID_REQUEST", message) from None
         wanted = body.producer_id
         b = broker()
+        tenant = principal(request).tenant if b.security.enabled else None  # the id's owner (None: the admin)
         producer_id, epoch = await asyncio.get_running_loop().run_in_executor(
-            b.executor, b.producer_ids.allocate, wanted
+            b.executor, b.producer_ids.allocate, wanted, tenant
         )
         return json_response({"producer_id": producer_id, "producer_epoch": epoch})
 
@@ -363,7 +403,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         summary="Produce to one partition (JSON, or record batches as application/vnd.talos.batch)",
         openapi_extra=_PRODUCE_SCHEMA,
     )
-    async def produce_partition(topic: str, partition: int, request: Request) -> Response:
+    async def produce_partition(topic: str, partition: PartitionIndex, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "produce")
         body = await read_request_body(request, broker().config.max_request_bytes)
         reply = await messages.produce(broker(), topic, partition, request.headers, request.query_params, body)
@@ -373,24 +413,28 @@ def create_app(config: ServerConfig) -> FastAPI:
         "/v1/topics/{topic}/partitions/{partition}/messages",
         tags=["messages"],
         summary="Fetch from an offset (JSON, or raw batches with Accept: application/vnd.talos.batch)",
+        openapi_extra=_FETCH_SCHEMA,
     )
-    async def fetch(topic: str, partition: int, request: Request) -> Response:
+    async def fetch(topic: str, partition: PartitionIndex, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "fetch")
         return as_response(await messages.fetch(broker(), topic, partition, request.headers, request.query_params))
 
-    @app.get("/v1/topics/{topic}/partitions/{partition}/offsets", tags=["messages"], summary="Offsets, by time")
-    async def offsets(topic: str, partition: int, request: Request) -> Response:
+    @app.get(
+        "/v1/topics/{topic}/partitions/{partition}/offsets",
+        tags=["messages"],
+        summary="Offsets, by time",
+        openapi_extra=_OFFSETS_SCHEMA,
+    )
+    async def offsets(topic: str, partition: PartitionIndex, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "offsets")
         return as_response(await messages.offsets(broker(), topic, partition, request.headers, request.query_params))
 
     app.include_router(groups_api.router)
     app.include_router(security_api.router)
+    app.include_router(connector_offsets.router)
+    openapi.install(app)
     app.include_router(portal.router)
     return app
-
-
-def partition_quota(message: str) -> ApiError:
-    return ApiError(429, "PARTITION_QUOTA_EXCEEDED", f"{message}; ask for more in the portal (/portal)")
 
 
 async def _maintain(broker: Broker, coordinator: GroupCoordinator) -> None:

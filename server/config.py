@@ -50,6 +50,17 @@ class ServerConfig:
     admin_token: str = ""  # the bearer token of the admin (required when auth is on); better set by environment
     security_refresh_s: float = 2.0  # how often each server re-reads tenants, tokens, grants and quotas
     portal_secret: str = ""  # signs portal sessions; default: derived from admin_token (or random per process)
+    # /metrics with auth on: series by tenant, topic and partition for the admin token only ("admin"; anyone
+    # else gets totals), or for anyone ("public": e.g. a Prometheus that cannot send a token).
+    metrics_labels: str = "admin"
+    # Client connections (server/connections.py): a slow or stalled client is timed out, not waited for.
+    header_timeout_s: float = 10.0  # a request head must arrive within this (else 408 and close)
+    body_idle_timeout_s: float = 30.0  # a request body with no bytes for this long gets 408
+    body_timeout_s: float = 120.0  # a request body must be complete within this
+    keep_alive_timeout_s: float = 20.0  # an idle keep-alive connection is closed (above the SDK's 15 s)
+    max_connections: int = 0  # open client connections; 0: from the file-descriptor limit (at most 10,000)
+    max_requests_per_connection: int = 10_000  # then "connection: close" (0: unlimited)
+    max_header_bytes: int = 32 * 1024  # a larger request head gets 431
     log_level: str = "info"
     access_log: bool = False
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).
@@ -82,6 +93,8 @@ class ServerConfig:
         """Auth on needs the admin token (how else would the first tenant be made?)."""
         if self.auth_enabled and not self.admin_token:
             raise ValueError("auth is on (always in cluster mode): set admin_token (TALOS_ADMIN_TOKEN), or auth=off")
+        if self.metrics_labels not in ("admin", "public"):
+            raise ValueError(f"metrics_labels: expected admin or public, got {self.metrics_labels!r}")
 
     @property
     def url(self) -> str:

@@ -42,7 +42,7 @@ def _error(error: ApiError) -> Reply:
 
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
     """The whole request body, refusing (413) more than ``limit`` bytes before reading them all."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and _is_length(declared) and (len(declared) > 18 or int(declared) > limit):
         raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {declared} bytes; the limit is {limit}")
     chunks = []
     size = 0
@@ -59,10 +59,21 @@ async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def _is_length(header: str) -> bool:
+    return header.isascii() and header.isdigit()
+
+
 def authorize_message(broker: Broker, principal: Principal, topic: str, kind: str) -> None:
     """403 unless the principal may produce (``kind`` produce) or consume (fetch, offsets) the topic."""
     if broker.security.enabled:
         broker.security.authorize(principal, broker.topic(topic), _MESSAGE_ACTIONS[kind])
+
+
+def _is_index(segment: str) -> bool:
+    """A partition index as clients write it: 1-9 ASCII digits. ``str.isdigit`` alone also takes ``²`` and
+    other Unicode digits (``int`` refuses some of them) and any length; anything else goes on to FastAPI,
+    whose bounded path parameter answers 400."""
+    return 0 < len(segment) < 10 and segment.isascii() and segment.isdigit()
 
 
 def _public(path: str) -> bool:
@@ -105,7 +116,7 @@ class FastPath:
             and parts[1] == "v1"
             and parts[2] == "topics"
             and parts[4] == "partitions"
-            and parts[5].isdigit()
+            and _is_index(parts[5])
             and parts[6] in ("messages", "offsets")
         ):
             topic, partition = parts[3], int(parts[5])

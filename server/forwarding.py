@@ -73,7 +73,10 @@ class Forwarder:
                 "OWNER_UNAVAILABLE",
                 f"the owner {owner.server_id} is not registered; its partitions move after reassign_delay; retry",
             )
-        hops = int(headers.get(HOPS_HEADER, "0") or 0)
+        raw_hops = headers.get(HOPS_HEADER, "0") or "0"
+        if not (raw_hops.isascii() and raw_hops.isdigit() and len(raw_hops) <= 3):
+            raise ApiError(400, "INVALID_REQUEST", f"{HOPS_HEADER} must be a small whole number")
+        hops = int(raw_hops)
         if hops >= self._max_hops:
             raise _unavailable("TOO_MANY_HOPS", f"forwarded {hops} times: the ring is changing; retry")
         out = {k: v for k in _PASS_REQUEST if (v := headers.get(k)) is not None}

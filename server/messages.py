@@ -11,6 +11,8 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import logging
+import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,16 +26,32 @@ from server.cluster import Owner
 from server.errors import ApiError
 from server.forwarding import HOPS_HEADER
 from server.partition import LoadedPartition, ProduceResult
+from server.producer_ids import UNKNOWN
 from server.reply import JSON, Reply, answer_of
 from server.security.buckets import TokenBucket
 from server.security.guard import allowance, pay
 from server.security.trim import trim_to_allowance
 from server.usage import TENANT_HEADER, tenant_of
-from talos import RecordData, decode_records, encode_batch, iter_batches, partition_for_key, read_header
+from talos import (
+    BatchError,
+    DecodedBatch,
+    Record,
+    RecordData,
+    decode_batches,
+    encode_batch,
+    partition_for_key,
+    read_header,
+    validate_batch,
+)
 
-__all__ = ["BATCH_CONTENT_TYPE", "JSON", "Reply", "fetch", "offsets", "partition_path", "produce"]
+__all__ = ["BATCH_CONTENT_TYPE", "JSON", "Reply", "batch_spans", "fetch", "offsets", "partition_path", "produce"]
 
 BATCH_CONTENT_TYPE = "application/vnd.talos.batch"
+
+log = logging.getLogger(__name__)
+# Every integer a client sends ends in a signed 64-bit field (batch header, JSON documents via orjson).
+INT64_MAX = 2**63 - 1
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 def int_param(
@@ -44,12 +62,11 @@ def int_param(
         if default is None:
             raise ApiError(400, "INVALID_REQUEST", f"query parameter {name!r} is required")
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "INVALID_REQUEST", f"{name} must be an integer, got {raw[:50]!r}") from None
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+    if not _INTEGER.fullmatch(raw):  # int() also takes "٣", " 5", "1_0" and thousands of digits
+        raise ApiError(400, "INVALID_REQUEST", f"{name} must be an integer, got {raw[:50]!r}")
+    value = int(raw)
+    if value < low or value > (high if high is not None else INT64_MAX):
+        bound = f"between {low} and {high if high is not None else INT64_MAX}"
         raise ApiError(400, "INVALID_REQUEST", f"{name} must be {bound}, got {value}")
     return value
 
@@ -99,7 +116,9 @@ def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | Non
         if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
             raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].partition must be an integer")
         timestamp = message.get("timestamp")
-        if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0):
+        if timestamp is not None and (
+            not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp <= INT64_MAX
+        ):
             raise ApiError(400, "INVALID_REQUEST", f"messages[{index}].timestamp must be ms since the epoch")
         size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers)
         if size > max_message:
@@ -146,6 +165,24 @@ def _idempotence(doc: dict[str, Any]) -> dict[str, int]:
     return fields
 
 
+async def _authorize_producers(broker: Broker, tenant: str, producer_ids: set[int]) -> None:
+    """403 unless ``tenant`` owns every idempotent producer id it writes with: another tenant's id would
+    let it fence that producer or make its next write look like a duplicate (acknowledged, never stored).
+    Checked on the partition's owner before the sequence state is touched. An unknown id gets the same
+    answer, so the check does not tell whether an id exists."""
+    ids = broker.producer_ids
+    for producer_id in producer_ids:
+        if producer_id < 0:
+            continue  # not idempotent
+        owner = ids.owners.get(producer_id)
+        if owner == UNKNOWN:
+            with contextlib.suppress(ApiError):  # never allocated: stays UNKNOWN, refused below
+                owner = await broker.io(ids.owner_of, producer_id)
+        if owner != tenant:
+            metrics.denied(403)
+            raise ApiError(403, "FORBIDDEN", f"producer id {producer_id} does not belong to tenant {tenant!r}")
+
+
 async def _forward_batch(
     broker: Broker,
     owner: Owner,
@@ -181,8 +218,9 @@ def _metered(broker: Broker, headers: Mapping[str, str], topic: str, partition: 
 
 def _admit(broker: Broker, headers: Mapping[str, str], topic: str, kind: str) -> list[TokenBucket]:
     """Rate quotas, on the partition's owner (429 when over); the byte buckets to pay once sizes are known.
-    The servers' own topics are not limited: their writes are not a tenant's traffic."""
-    if topic.startswith("__"):
+    Every byte a tenant causes counts, on internal topics (a group's retry and dead-letter topics) too; only
+    the servers' own requests on their topics (the admin principal, no tenant named) are not limited."""
+    if topic.startswith("__") and TENANT_HEADER not in headers:
         return []
     return broker.security.admit(tenant_of(headers), topic, kind)
 
@@ -248,6 +286,8 @@ async def _produce_json(
             loaded = await broker.partition(topic, partition)
         except NotOwnerError as exc:  # another server's partition: hand it the batch, already encoded
             return await _forward_batch(broker, exc.owner, topic, partition, batch, durable, headers)
+        if producer and broker.security.enabled and TENANT_HEADER in headers:
+            await _authorize_producers(broker, headers[TENANT_HEADER], {producer["producer_id"]})
         with _metered(broker, headers, topic, partition) as usage:
             usage.update(bytes_in=len(batch), messages_in=len(items))
             await pay(buckets, len(batch))
@@ -269,6 +309,24 @@ async def _produce_json(
     return Reply(200, orjson.dumps({"results": results}))
 
 
+def batch_spans(body: bytes) -> list[tuple[int, int, int]]:
+    """``(position, length, record_count)`` of each batch of a binary produce body, every batch validated
+    (CRC, header, each record's framing and the count) before anything of the request is queued: a batch
+    that does not decode would make fetches of the partition fail, and a false count moves its offsets."""
+    spans: list[tuple[int, int, int]] = []
+    pos = 0
+    try:
+        while pos < len(body):
+            header = validate_batch(body, pos)
+            spans.append((pos, header.length, header.record_count))
+            pos += header.length
+    except BatchError as exc:
+        raise ApiError(400, "CORRUPT_BATCH", f"invalid record batch at byte {pos}: {exc}") from None
+    if not spans:
+        raise ApiError(400, "INVALID_REQUEST", "the body holds no record batch")
+    return spans
+
+
 async def _produce_batches(
     broker: Broker, topic: str, partition: int, headers: Mapping[str, str], query: Mapping[str, str], body: bytes
 ) -> Reply:
@@ -278,12 +336,10 @@ async def _produce_batches(
         return await _forward(broker, exc.owner, "POST", topic, partition, "messages", headers, query, body)
     durable = query.get("acks", "durable") != "accepted"
     _check_session(loaded, query)
-    try:
-        spans = [(pos, header.length, header.record_count) for pos, header in iter_batches(body, verify=False)]
-    except Exception as exc:
-        raise ApiError(400, "CORRUPT_BATCH", f"invalid record batch: {exc}") from None
-    if not spans:
-        raise ApiError(400, "INVALID_REQUEST", "the body holds no record batch")
+    spans = batch_spans(body)
+    if broker.security.enabled and TENANT_HEADER in headers:
+        producer_ids = {read_header(body, pos).producer_id for pos, *_ in spans}
+        await _authorize_producers(broker, headers[TENANT_HEADER], producer_ids)
     view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
     records = sum(count for *_, count in spans)
     buckets = _admit(broker, headers, topic, "produce")
@@ -331,27 +387,63 @@ def _text_or_b64(name: str, data: bytes | None, into: dict[str, object]) -> None
         into[f"{name}_b64"] = base64.b64encode(data).decode()
 
 
-def _messages_json(batches: list[bytes | bytearray], offset: int, max_messages: int) -> list[dict[str, object]]:
+def _messages_json(batches: list[bytes | bytearray], offset: int, max_messages: int) -> dict[str, object]:
+    """The JSON fetch answer's records from ``offset`` and its ``next_offset``. Pure.
+
+    A stored batch that does not decode (written before the produce path validated records, or damaged on
+    disk) is stepped over, never a 500: its offsets go into ``skipped`` with the reason, and
+    ``next_offset`` moves past it so a consumer is not stuck on it."""
     out: list[dict[str, object]] = []
+    skipped: list[dict[str, object]] = []
+    next_offset = offset
+    for decoded in _stored_batches(batches):
+        header = decoded.header
+        if header.next_offset <= offset:
+            continue
+        if decoded.error is not None:
+            error = str(decoded.error)
+            skipped.append({"base_offset": header.base_offset, "next_offset": header.next_offset, "error": error})
+            next_offset = header.next_offset
+            continue
+        for record in decoded.records:
+            if record.offset < offset:
+                continue
+            out.append(_message_json(record))
+            next_offset = record.offset + 1
+            if len(out) >= max_messages:
+                return _page(out, next_offset, skipped)
+    return _page(out, next_offset, skipped)
+
+
+def _stored_batches(batches: list[bytes | bytearray]) -> Iterator[DecodedBatch]:
     for batch in batches:
-        for position, _header in iter_batches(batch, verify=False):
-            for record in decode_records(batch, position, verify=False):
-                if record.offset < offset:
-                    continue
-                item: dict[str, object] = {"offset": record.offset, "timestamp": record.timestamp}
-                _text_or_b64("key", record.key, item)
-                _text_or_b64("value", record.value, item)
-                headers: dict[str, str | None] = {}
-                for name, value in record.headers:
-                    try:
-                        headers[name] = None if value is None else value.decode()
-                    except UnicodeDecodeError:
-                        headers[name] = base64.b64encode(value or b"").decode()
-                item["headers"] = headers
-                out.append(item)
-                if len(out) >= max_messages:
-                    return out
-    return out
+        try:
+            yield from decode_batches(batch, verify=False)
+        except BatchError:
+            # An unreadable header hides where the next batch starts. The log hands out only batches whose
+            # headers it has read and the tail cache only validated ones, so this just ends the answer early.
+            return
+
+
+def _page(messages: list[dict[str, object]], next_offset: int, skipped: list[dict[str, object]]) -> dict[str, object]:
+    answer: dict[str, object] = {"messages": messages, "next_offset": next_offset}
+    if skipped:
+        answer["skipped"] = skipped
+    return answer
+
+
+def _message_json(record: Record) -> dict[str, object]:
+    item: dict[str, object] = {"offset": record.offset, "timestamp": record.timestamp}
+    _text_or_b64("key", record.key, item)
+    _text_or_b64("value", record.value, item)
+    headers: dict[str, str | None] = {}
+    for name, value in record.headers:
+        try:
+            headers[name] = None if value is None else value.decode()
+        except UnicodeDecodeError:
+            headers[name] = base64.b64encode(value or b"").decode()
+    item["headers"] = headers
+    return item
 
 
 async def fetch(
@@ -382,9 +474,10 @@ async def fetch(
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
         return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
-    messages = _messages_json(batches, offset, max_messages)
-    next_offset = int(messages[-1]["offset"]) + 1 if messages else offset  # type: ignore[call-overload]
-    body = {"messages": messages, "next_offset": next_offset, "high_watermark": result.high_watermark}
+    body = _messages_json(batches, offset, max_messages)
+    if "skipped" in body:
+        log.warning("%s/%d: stepped over corrupt stored batches: %s", topic, partition, body["skipped"])
+    body["high_watermark"] = result.high_watermark
     return Reply(200, orjson.dumps(body))
 
 

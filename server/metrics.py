@@ -1,10 +1,17 @@
-"""Prometheus metrics of one server process (``GET /metrics``)."""
+"""Prometheus metrics of one server process (``GET /metrics``).
+
+Series labelled by tenant, topic or partition name who uses the service: with auth on they are served
+only to the admin token unless ``metrics_labels = "public"``; anyone else gets each such metric summed over
+those labels (``render(labelled=False)``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from server.broker import Broker
@@ -74,7 +81,10 @@ _pool_queued_s = Gauge(
 _pool_running_s = Gauge("talos_io_run_seconds", "Seconds storage tasks ran, summed", ["pool"], registry=REGISTRY)
 _pool_queued = Gauge("talos_io_queued", "Storage tasks queued or running now", ["pool"], registry=REGISTRY)
 _denied = Counter(
-    "talos_auth_denied", "Requests refused: unauthenticated (401) or forbidden (403)", ["status"], registry=REGISTRY
+    "talos_auth_denied",
+    "Requests refused: unauthenticated (401), forbidden (403) or not visible to the caller (404)",
+    ["status"],
+    registry=REGISTRY,
 )
 _throttled = Counter(
     "talos_quota_throttled",
@@ -160,7 +170,34 @@ def took_over() -> None:
     _takeovers.inc()
 
 
-def render(broker: Broker) -> bytes:
+_PRIVATE_LABELS = frozenset({"tenant", "topic", "partition", "group"})
+
+
+class _Totals(Collector):
+    """The registry's metrics with the series of each tenant, topic and partition summed."""
+
+    def collect(self) -> Iterator[Metric]:
+        for family in REGISTRY.collect():
+            if not any(_PRIVATE_LABELS & sample.labels.keys() for sample in family.samples):
+                yield family
+                continue
+            summed: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue  # when one series began: meaningless for a sum
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in _PRIVATE_LABELS))
+                summed[(sample.name, labels)] = summed.get((sample.name, labels), 0.0) + sample.value
+            total = Metric(family.name, family.documentation, family.type, family.unit)
+            for (name, labels), value in summed.items():
+                total.add_sample(name, dict(labels), value)
+            yield total
+
+
+_TOTALS = _Totals()
+
+
+def render(broker: Broker, *, labelled: bool = True) -> bytes:
+    """The exposition; ``labelled`` False: without tenant, topic and partition names (see the module doc)."""
     loaded = broker.loaded_partitions()
     if broker.cluster is not None:
         _ring_version.set(broker.cluster.ring.version)
@@ -172,4 +209,4 @@ def render(broker: Broker) -> bytes:
         _pool_queued_s.labels(name).set(pool.stats.queued_s)
         _pool_running_s.labels(name).set(pool.stats.running_s)
         _pool_queued.labels(name).set(pool.queued())
-    return bytes(generate_latest(REGISTRY))
+    return bytes(generate_latest(REGISTRY if labelled else _TOTALS))

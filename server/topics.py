@@ -36,9 +36,9 @@ __all__ = [
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
 INTERNAL_NAME = re.compile(r"^__[A-Za-z0-9][A-Za-z0-9._-]{0,246}$")
 MAX_PARTITIONS = 4096
-# Internal topics that clients keep their own state in, so they may create them through the public API
-# (the connector runner's checkpoints). The others are created by the servers on first use.
-CLIENT_INTERNAL_TOPICS = frozenset({"__connect_offsets"})
+# Internal topics that clients may create through the public API: none any more (connector checkpoints go
+# through /v1/connectors/{name}/offsets). The servers create their topics on first use.
+CLIENT_INTERNAL_TOPICS: frozenset[str] = frozenset()
 _META = "_topic"
 
 

@@ -1,6 +1,7 @@
 """Every ``metering_interval_s`` (10 s) the counts of :class:`UsageMeter` go to ``__talos_metrics`` through
 the normal write path, one record per (tenant, topic, partition), as an **idempotent producer**: a batch
-whose answer was lost is sent again with the same sequence and stored once. A batch that cannot be
+whose answer was lost is sent again with the same sequence and stored once. Each record carries the
+``talos-server`` header (the server's id): the metering job counts only such records. A batch that cannot be
 written yet stays pending (new counts wait behind it), so usage is late, never lost or doubled.
 """
 
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 
+from metering.job import SERVER_HEADER
 from server import internal_topics
 from server.broker import Broker
 from server.errors import ApiError
@@ -41,7 +44,10 @@ class UsageEmitter:
             counts = self._meter.take()
             now_ms = int(time.time() * 1000)
             broker.history.add(counts, now_ms)
-            self._pending = usage_records(config.member_id, self._window_start_ms, now_ms, counts)
+            records = usage_records(config.member_id, self._window_start_ms, now_ms, counts)
+            # The metering job counts only records carrying a server's mark (metering.job.server_usage).
+            mark = [(SERVER_HEADER, config.member_id.encode())]
+            self._pending = [dataclasses.replace(record, headers=mark) for record in records]
             self._window_start_ms = now_ms
         if not self._pending:
             return 0
@@ -49,7 +55,7 @@ class UsageEmitter:
             broker, TopicConfig(METRICS_TOPIC, config.metering_partitions, retention_ms=_RETENTION_MS)
         )
         if self._producer is None:
-            self._producer = await broker.io(broker.producer_ids.allocate, None)
+            self._producer = await broker.io(broker.producer_ids.allocate, None, None)
         partition = partition_for_key(config.member_id.encode(), topic.partitions)  # one server, one order
         producer_id, epoch = self._producer
         await internal_topics.append(

@@ -12,14 +12,17 @@ from talos._admin import DEFAULT_URL, Admin, AsyncAdmin, PartitionInfo, TopicInf
 from talos._codec import (
     HEADER_SIZE,
     BatchHeader,
+    DecodedBatch,
     Record,
     RecordData,
     crc32c,
+    decode_batches,
     decode_records,
     encode_batch,
     iter_batches,
     read_header,
     set_base_offset,
+    validate_batch,
     verify_batch,
 )
 from talos._consumer import AsyncConsumer, Consumer, Message
@@ -62,6 +65,7 @@ __all__ = [
     "AsyncProducer",
     "BatchError",
     "BatchHeader",
+    "DecodedBatch",
     "CommitFailedError",
     "ConflictError",
     "Consumer",
@@ -90,6 +94,7 @@ __all__ = [
     "Urllib3Transport",
     "__version__",
     "crc32c",
+    "decode_batches",
     "decode_records",
     "encode_batch",
     "iter_batches",
@@ -98,5 +103,6 @@ __all__ = [
     "set_base_offset",
     "slot_for_key",
     "slot_range",
+    "validate_batch",
     "verify_batch",
 ]

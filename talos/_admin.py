@@ -123,6 +123,19 @@ def _reset_offsets(
     return _Call("POST", f"{_group_path(group)}/offsets/reset", lambda r: r.json()["offsets"], payload)  # type: ignore[index]
 
 
+def _connector_offsets_path(connector: str) -> str:
+    return f"/v1/connectors/{quote(connector, safe='')}/offsets"
+
+
+def _connector_offsets(connector: str) -> _Call:
+    return _Call("GET", _connector_offsets_path(connector), lambda r: r.json()["tasks"])  # type: ignore[index]
+
+
+def _save_connector_offsets(connector: str, task: str, checkpoint: dict[str, Any] | None) -> _Call:
+    body = orjson.dumps({"task": task, "checkpoint": checkpoint})
+    return _Call("PUT", _connector_offsets_path(connector), lambda r: None, body)
+
+
 def _changes(partitions: int | None, retention_ms: int | None, retention_bytes: int | None) -> dict[str, int | None]:
     changes = {"partitions": partitions, "retention_ms": retention_ms, "retention_bytes": retention_bytes}
     return {k: v for k, v in changes.items() if v is not None}
@@ -188,7 +201,7 @@ class Admin:
         return self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
 
     def list_groups(self) -> list[str]:
-        """Names of the consumer groups that ever joined."""
+        """Names of the consumer groups that ever joined (with auth on: those the caller may use)."""
         return self._call(_list_groups())  # type: ignore[no-any-return]
 
     def describe_group(self, name: str) -> dict[str, Any]:
@@ -208,6 +221,14 @@ class Admin:
         """Move the group's committed offsets of ``topic`` (or one partition) to ``"earliest"``, ``"latest"``,
         an ``"offset"`` or a ``"timestamp"`` (ms). The group must have no active members (409 otherwise)."""
         return self._call(_reset_offsets(group, topic, to, partition, offset, timestamp))  # type: ignore[no-any-return]
+
+    def connector_offsets(self, connector: str) -> dict[str, dict[str, Any]]:
+        """The connector's checkpoints, task → document (this token's tenant's connector of that name)."""
+        return self._call(_connector_offsets(connector))  # type: ignore[no-any-return]
+
+    def save_connector_offsets(self, connector: str, task: str, checkpoint: dict[str, Any] | None) -> None:
+        """Save one task's checkpoint (None removes it); durable when this returns."""
+        self._call(_save_connector_offsets(connector, task, checkpoint))
 
     def close(self) -> None:
         self._transport.close()
@@ -256,6 +277,17 @@ class Admin:
 
     def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
         return self._call(calls.list_acls(topic, tenant))  # type: ignore[no-any-return]
+
+    def grant_group(self, group: str, tenant: str) -> dict[str, Any]:
+        """Let ``tenant`` use consumer group ``group`` (one the caller owns): join, commit, reset, describe,
+        and its retry and dead-letter topics."""
+        return self._call(calls.grant_group(group, tenant))  # type: ignore[no-any-return]
+
+    def revoke_group(self, group: str, tenant: str) -> None:
+        self._call(calls.revoke_group(group, tenant))
+
+    def list_group_acls(self, *, group: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        return self._call(calls.list_group_acls(group, tenant))  # type: ignore[no-any-return]
 
     def quotas(self, tenant: str) -> dict[str, Any]:
         return self._call(calls.quotas(tenant))  # type: ignore[no-any-return]
@@ -357,6 +389,12 @@ class AsyncAdmin:
     ) -> list[dict[str, Any]]:
         return await self._call(_reset_offsets(group, topic, to, partition, offset, timestamp))  # type: ignore[no-any-return]
 
+    async def connector_offsets(self, connector: str) -> dict[str, dict[str, Any]]:
+        return await self._call(_connector_offsets(connector))  # type: ignore[no-any-return]
+
+    async def save_connector_offsets(self, connector: str, task: str, checkpoint: dict[str, Any] | None) -> None:
+        await self._call(_save_connector_offsets(connector, task, checkpoint))
+
     async def close(self) -> None:
         await self._transport.close()
 
@@ -404,6 +442,16 @@ class AsyncAdmin:
 
     async def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
         return await self._call(calls.list_acls(topic, tenant))  # type: ignore[no-any-return]
+
+    async def grant_group(self, group: str, tenant: str) -> dict[str, Any]:
+        """See :meth:`Admin.grant_group`."""
+        return await self._call(calls.grant_group(group, tenant))  # type: ignore[no-any-return]
+
+    async def revoke_group(self, group: str, tenant: str) -> None:
+        await self._call(calls.revoke_group(group, tenant))
+
+    async def list_group_acls(self, *, group: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        return await self._call(calls.list_group_acls(group, tenant))  # type: ignore[no-any-return]
 
     async def quotas(self, tenant: str) -> dict[str, Any]:
         return await self._call(calls.quotas(tenant))  # type: ignore[no-any-return]

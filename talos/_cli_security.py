@@ -148,7 +148,7 @@ def tokens_revoke(url: str, tenant: str, token_id: str) -> None:
 
 @click.group()
 def acl() -> None:
-    """Grant tenants produce / consume / admin on topics they do not own."""
+    """Grant tenants produce / consume / admin on topics they do not own, or the use of a consumer group."""
 
 
 ACTIONS = click.option(
@@ -192,6 +192,36 @@ def acl_list(url: str, topic: str | None, tenant: str | None) -> None:
     """List grants."""
     for grant in _run(url, lambda a: a.list_acls(topic=topic, tenant=tenant)):
         click.echo(f"{grant['topic']}\t{grant['tenant']}\t{','.join(grant['actions'])}")
+
+
+@acl.command("grant-group")
+@URL
+@click.argument("group")
+@click.argument("tenant")
+def acl_grant_group(url: str, group: str, tenant: str) -> None:
+    """Let TENANT use consumer GROUP (one you own): join, commit, reset, describe, its retry and DLQ topics."""
+    made = _run(url, lambda a: a.grant_group(group, tenant))
+    click.echo(f"{made['tenant']} may use group {made['group']}")
+
+
+@acl.command("revoke-group")
+@URL
+@click.argument("group")
+@click.argument("tenant")
+def acl_revoke_group(url: str, group: str, tenant: str) -> None:
+    """Take TENANT's grant of consumer GROUP back."""
+    _run(url, lambda a: a.revoke_group(group, tenant))
+    click.echo(f"revoked group {group} of {tenant}")
+
+
+@acl.command("list-groups")
+@URL
+@click.option("--group", default=None)
+@click.option("--tenant", default=None)
+def acl_list_groups(url: str, group: str | None, tenant: str | None) -> None:
+    """List group grants."""
+    for grant in _run(url, lambda a: a.list_group_acls(group=group, tenant=tenant)):
+        click.echo(f"{grant['group']}\t{grant['tenant']}")
 
 
 # ---------------------------------------------------------------- quotas

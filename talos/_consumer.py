@@ -26,8 +26,9 @@ from urllib.parse import quote
 import orjson
 
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
-from talos._codec import decode_records, encode_batch, iter_batches
+from talos._codec import RecordData, decode_batches, encode_batch
 from talos._errors import (
+    BatchError,
     CommitFailedError,
     ConflictError,
     OffsetOutOfRangeError,
@@ -36,7 +37,17 @@ from talos._errors import (
     TransportError,
     UnavailableError,
 )
-from talos._group import ATTEMPT_HEADER, RETRY_PREFIX, Changes, GroupCall, Membership, hold_back, retry_record
+from talos._group import (
+    ATTEMPT_HEADER,
+    RETRY_PREFIX,
+    Changes,
+    GroupCall,
+    Membership,
+    dead_letter_record,
+    hold_back,
+    retry_problem,
+    retry_record,
+)
 from talos._routing import RouteTable, refresh, refresh_async
 from talos._transport import (
     AiohttpTransport,
@@ -77,18 +88,30 @@ class Message:
 
     @property
     def attempt(self) -> int:
-        """How many times the message failed and was retried (0: the first delivery)."""
+        """How many times the message failed and was retried (0: the first delivery, or not a count)."""
         raw = self.header(ATTEMPT_HEADER)
-        return int(raw) if raw else 0
+        return int(raw) if raw and len(raw) < 10 and raw.isdigit() else 0
 
 
-def _decode(topic: str, partition: int, data: bytes, position: int) -> list[Message]:
+def _decode(topic: str, partition: int, data: bytes, position: int) -> tuple[list[Message], int]:
+    """The messages of fetched batches from ``position``, and the position after them. A corrupt batch is
+    stepped over with a warning (a crash would stop the consumer on stored data for good)."""
     out = []
-    for batch_start, _header in iter_batches(data):
-        for r in decode_records(data, batch_start, verify=False):
-            if r.offset >= position:
-                out.append(Message(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
-    return out
+    after = position
+    try:
+        for batch in decode_batches(data):
+            if batch.error is not None:
+                first, last = batch.header.base_offset, batch.header.next_offset - 1
+                log.warning(
+                    "%s/%d: skipping corrupt batch at offsets %d..%d: %s", topic, partition, first, last, batch.error
+                )
+            for r in batch.records:
+                if r.offset >= position:
+                    out.append(Message(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
+            after = max(after, batch.header.next_offset)
+    except BatchError as exc:  # a header that cannot be read: what follows it cannot be found
+        log.warning("%s/%d: unreadable batch after offset %d: %s", topic, partition, after, exc)
+    return out, after
 
 
 def _fetch_request(
@@ -122,6 +145,17 @@ def _group_request(routes: RouteTable, call: GroupCall, timeout: float) -> dict[
         "url": routes.entry_point + call.path,
         "body": body,
         "headers": {"content-type": "application/json"} if body is not None else None,
+        "timeout": timeout,
+    }
+
+
+def _produce_request(routes: RouteTable, topic: str, record: RecordData, timeout: float) -> dict[str, Any]:
+    """Keyword arguments of the transport call that writes one record to a group's retry or dead-letter topic."""
+    return {
+        "method": "POST",
+        "url": f"{routes.entry_point}/v1/topics/{quote(topic, safe='')}/partitions/0/messages",
+        "body": bytes(encode_batch([record])),
+        "headers": _BATCH,
         "timeout": timeout,
     }
 
@@ -160,9 +194,8 @@ class _Positions:
             return []
         if self.next.get(key) != offset:  # seeked (or released) while the fetch was in flight
             return []
-        messages = _decode(topic, partition, response.body, offset)
-        if messages:
-            self.next[key] = messages[-1].offset + 1
+        messages, after = _decode(topic, partition, response.body, offset)
+        self.next[key] = after
         return messages
 
     def reset(self, key: TopicPartition, error: OffsetOutOfRangeError) -> None:
@@ -197,6 +230,8 @@ class _State:
         self.consumed: dict[TopicPartition, int] = {}  # next offset after what was handed out
         self.committed: dict[TopicPartition, int] = {}
         self.paused: dict[TopicPartition, float] = {}  # retry partitions: monotonic time the head is due
+        self.malformed: dict[tuple[TopicPartition, int], str] = {}  # buffered retry records that cannot be retried
+        self.dead_letters: list[tuple[Message, str]] = []  # handed out, never to the caller: to send to the DLQ
         self.auto_commit = auto_commit
         self.auto_commit_interval_s = auto_commit_interval_s
         self.last_commit = time.monotonic()
@@ -244,6 +279,10 @@ class _State:
             if resume is not None:
                 self.positions.next[tp] = resume
                 self.paused[tp] = time.monotonic() + wait_s
+            for message in messages:
+                problem = retry_problem(message)
+                if problem is not None:
+                    self.malformed[(tp, message.offset)] = problem
         self.buffer.extend(messages)
 
     def hand_out(self, max_messages: int, *, mark: bool = True) -> list[Message]:
@@ -259,10 +298,40 @@ class _State:
                     self.rewind(tp, message.offset)
             self.buffer = kept
         out, self.buffer = self.buffer[:max_messages], self.buffer[max_messages:]
+        dead: set[int] = set()
+        if self.malformed:
+            for index, message in enumerate(out):
+                problem = self.malformed.get(((message.topic, message.partition), message.offset))
+                if problem is not None:
+                    self.dead_letters.append((message, problem))
+                    dead.add(index)
         if mark:
             for message in out:
                 self.consumed[(message.topic, message.partition)] = message.offset + 1
+            # A malformed retry record counts as consumed (commits move past it), but the caller never sees
+            # it: it goes to the dead letters. Without ``mark``, :meth:`deliver` drops it.
+            for index in dead:
+                del self.malformed[((out[index].topic, out[index].partition), out[index].offset)]
+            out = [m for index, m in enumerate(out) if index not in dead]
         return out
+
+    def dead_lettered(self, message: Message, reason: str, error: TalosError | None) -> None:
+        where = f"{message.topic}/{message.partition}@{message.offset}"
+        if error is None:
+            log.warning("group %s: %s: %s; sent to the dead letters", self.group().group, where, reason)
+        else:
+            log.warning(
+                "group %s: %s: %s; could not send it to the dead letters: %s", self.group().group, where, reason, error
+            )
+
+    def take_dead_letters(self) -> list[tuple[Message, str]]:
+        taken, self.dead_letters = self.dead_letters, []
+        return taken
+
+    def dead_letter_request(self, routes: RouteTable, message: Message, reason: str, timeout: float) -> dict[str, Any]:
+        """The transport call that puts a retry record that cannot be retried into the dead-letter topic."""
+        topic, record = dead_letter_record(message, group=self.group().group, reason=reason)
+        return _produce_request(routes, topic, record, timeout)
 
     def deliver(self, message: Message) -> bool:
         """For the iterators, one message at a time: True if its partition is still ours (it then counts as
@@ -270,7 +339,8 @@ class _State:
         tp = (message.topic, message.partition)
         if self.membership is None or self.membership.holds(tp, time.monotonic()):
             self.consumed[tp] = message.offset + 1
-            return True
+            return self.malformed.pop((tp, message.offset), None) is None  # a dead letter is not handed out
+        self.malformed.pop((tp, message.offset), None)
         if self.positions.next.get(tp, -1) > message.offset:
             self.seek(tp, message.offset)  # also drops the partition's buffered messages after it
         return False
@@ -358,13 +428,7 @@ class _State:
         topic, record = retry_record(
             message, group=membership.group, delay_s=delay, reason=reason, max_retries=self.max_retries
         )
-        return topic, {
-            "method": "POST",
-            "url": f"{routes.entry_point}/v1/topics/{quote(topic, safe='')}/partitions/0/messages",
-            "body": bytes(encode_batch([record])),
-            "headers": _BATCH,
-            "timeout": timeout,
-        }
+        return topic, _produce_request(routes, topic, record, timeout)
 
     def hint_wait(self, now: float, wait_ms: int) -> int:
         """A long poll should not outlast the moment a paused retry partition is due."""
@@ -628,7 +692,16 @@ class Consumer:
             self._rebalance()
             if state.buffer or time.monotonic() >= deadline:
                 break
-        return state.hand_out(max_messages, mark=mark)
+        out = state.hand_out(max_messages, mark=mark)
+        for message, reason in state.take_dead_letters():
+            request = state.dead_letter_request(self._routes, message, reason, self._timeout)
+            try:
+                check(self._transport.request(**request))
+            except TalosError as exc:  # poll never fails on a record someone else wrote
+                state.dead_lettered(message, reason, exc)
+            else:
+                state.dead_lettered(message, reason, None)
+        return out
 
     def __iter__(self) -> Iterator[Message]:
         # Checked per message: a partition revoked or expired while the loop body ran is not handed out.
@@ -875,7 +948,16 @@ class AsyncConsumer:
             await self._rebalance()
             if state.buffer or time.monotonic() >= deadline:
                 break
-        return state.hand_out(max_messages, mark=mark)
+        out = state.hand_out(max_messages, mark=mark)
+        for message, reason in state.take_dead_letters():
+            request = state.dead_letter_request(self._routes, message, reason, self._timeout)
+            try:
+                check(await self._transport.request(**request))
+            except TalosError as exc:  # poll never fails on a record someone else wrote
+                state.dead_lettered(message, reason, exc)
+            else:
+                state.dead_lettered(message, reason, None)
+        return out
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         while not self._closed:

@@ -9,6 +9,9 @@ next heartbeat, after the consumer has committed what it processed.
 Retry and dead letters (JMQ): :func:`retry_record` builds the record a consumer republishes for a message
 it could not process, to the group's retry topic with the time it is due, or, after ``max_retries``, to
 the dead-letter topic with the reason; :func:`hold_back` keeps a retried message until it is due.
+A record on the retry topic whose retry headers are not what :func:`retry_record` writes (missing, or not
+numbers: :func:`retry_problem`) is a dead letter at once (:func:`dead_letter_record`): the consumer never
+fails on what someone else wrote.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ __all__ = [
     "Changes",
     "GroupCall",
     "Membership",
+    "dead_letter_record",
     "hold_back",
+    "retry_problem",
     "retry_record",
 ]
 
@@ -194,11 +199,41 @@ class Membership:
             return now < self.valid_until and tp in self.held and tp in self._taken and tp not in self._revoking
 
 
+_MAX_DIGITS = 19  # an int64: a longer "number" is not one this side wrote
+
+
+def _count(raw: bytes | None) -> int | None:
+    """A non-negative decimal header value, or None if it is not one."""
+    if raw is None or not 0 < len(raw) <= _MAX_DIGITS or not raw.isdigit():
+        return None
+    return int(raw)
+
+
+def retry_problem(message: Any) -> str | None:
+    """Why a record on a retry topic cannot be retried (its retry headers are missing or malformed), or None."""
+    if _count(message.header(NOT_BEFORE_HEADER)) is None:
+        return f"malformed retry record: {NOT_BEFORE_HEADER} is not a time in ms"
+    attempt = _count(message.header(ATTEMPT_HEADER))
+    if attempt is None or attempt < 1:
+        return f"malformed retry record: {ATTEMPT_HEADER} is not a positive count"
+    topic, partition, offset = (message.header(name) for name in ORIGIN_HEADERS)
+    if not topic or _count(partition) is None or _count(offset) is None:
+        return f"malformed retry record: {', '.join(ORIGIN_HEADERS)} do not name a message"
+    return None
+
+
+def dead_letter_record(message: Any, *, group: str, reason: str) -> tuple[str, RecordData]:
+    """The dead-letter topic and record of a message that cannot be retried: as it came, with the reason."""
+    kept = tuple((k, v) for k, v in message.headers if k != REASON_HEADER)
+    headers = (*kept, (REASON_HEADER, reason.encode()))
+    return DEAD_LETTER_PREFIX + group, RecordData(message.value, message.key, headers)
+
+
 def hold_back(messages: list[Any], now_ms: int) -> tuple[list[Any], int | None, float]:
-    """Split retried messages at the first one not due yet: (due ones, offset to resume at, seconds to wait)."""
+    """Split retried messages at the first one not due yet: (due ones, offset to resume at, seconds to wait).
+    A message without a valid due time is due (it goes to the dead letters)."""
     for index, message in enumerate(messages):
-        raw = message.header(NOT_BEFORE_HEADER)
-        due_ms = int(raw) if raw else 0
+        due_ms = _count(message.header(NOT_BEFORE_HEADER)) or 0
         if due_ms > now_ms:
             return messages[:index], message.offset, (due_ms - now_ms) / 1000
     return messages, None, 0.0

@@ -84,6 +84,19 @@ class SecurityCalls:
         return Call("GET", _path("acls"), _field("acls"), params=params or None)
 
     @staticmethod
+    def grant_group(group: str, tenant: str) -> Call:
+        return Call("POST", _path("acls", "groups"), _json, _body(group=group, tenant=tenant))
+
+    @staticmethod
+    def revoke_group(group: str, tenant: str) -> Call:
+        return Call("DELETE", _path("acls", "groups"), _none, params={"group": group, "tenant": tenant})
+
+    @staticmethod
+    def list_group_acls(group: str | None, tenant: str | None) -> Call:
+        params: dict[str, str | int] = {k: v for k, v in (("group", group), ("tenant", tenant)) if v is not None}
+        return Call("GET", _path("acls", "groups"), _field("acls"), params=params or None)
+
+    @staticmethod
     def quotas(tenant: str) -> Call:
         return Call("GET", _path("quotas", tenant), _json)
 

@@ -38,6 +38,24 @@ def main(token: str | None) -> None:
         os.environ["TALOS_TOKEN"] = token  # every client the commands make sends it
 
 
+# Limits on client connections (server/connections.py), passed to `python -m server standalone` as given.
+_CONNECTION_LIMITS: tuple[tuple[str, type, str], ...] = (
+    ("--header-timeout", float, "Seconds a request head may take, else 408 [default: 10; env TALOS_HEADER_TIMEOUT_S]."),
+    ("--body-idle-timeout", float, "Seconds a request body may send nothing, else 408 [default: 30]."),
+    ("--body-timeout", float, "Seconds a request body may take in all, else 408 [default: 120]."),
+    ("--keep-alive-timeout", float, "Seconds an idle keep-alive connection stays open [default: 20]."),
+    ("--max-connections", int, "Open client connections; more get 503 and are closed [default: from the fd limit]."),
+    ("--max-requests-per-connection", int, "Requests per keep-alive connection [default: 10000; 0: no cap]."),
+    ("--max-header-bytes", int, "Largest request head, else 431 [default: 32768]."),
+)
+
+
+def _connection_limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for flag, kind, text in reversed(_CONNECTION_LIMITS):
+        command = click.option(flag, type=kind, default=None, help=text)(command)
+    return command
+
+
 @main.command()
 @click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1; env TALOS_HOST].")
 @click.option("--port", type=int, default=None, help="Port [default: 8080; env TALOS_PORT].")
@@ -61,6 +79,14 @@ def main(token: str | None) -> None:
     default=None,
     help="Require bearer tokens [default: off standalone]; the admin token comes from TALOS_ADMIN_TOKEN.",
 )
+@click.option(
+    "--metrics-labels",
+    type=click.Choice(["admin", "public"]),
+    default=None,
+    help="With auth on, who sees /metrics by tenant and topic: the admin token (others get totals) or anyone "
+    "[default: admin; env TALOS_METRICS_LABELS].",
+)
+@_connection_limit_options
 def standalone(
     host: str | None,
     port: int | None,
@@ -70,6 +96,8 @@ def standalone(
     group_commit: str | None,
     log_format: str,
     auth: str | None,
+    metrics_labels: str | None,
+    **limits: float | None,
 ) -> None:
     """Run one Talos node: local storage, no ZooKeeper, no Java.
 
@@ -85,6 +113,8 @@ def standalone(
         ("--config", config_file),
         ("--group-commit", group_commit),
         ("--auth", auth),
+        ("--metrics-labels", metrics_labels),
+        *((flag, limits[flag[2:].replace("-", "_")]) for flag, _, _ in _CONNECTION_LIMITS),
     ):
         if value is not None:
             argv += [flag, str(value)]

@@ -1,5 +1,11 @@
 """REST for consumer groups: ``/v1/groups/{group}/…``. Any server answers; a server that is not the
-group's coordinator forwards the call to the one that is (the ring's owner of ``"__group:<name>"``)."""
+group's coordinator forwards the call to the one that is (the ring's owner of ``"__group:<name>"``).
+
+With auth on, a group belongs to the tenant whose join, commit or reset first used it (the admin's join
+claims it for the admin), recorded in the security document; its owner, the tenants it granted the group
+to and the admin may use it, and to everyone else it answers 404, as a group that does not exist. Claims
+are made at the coordinator, and the document's compare-and-swap settles two tenants claiming one new
+name at once: the loser gets the 404."""
 
 from __future__ import annotations
 
@@ -14,7 +20,10 @@ from server.broker import Broker
 from server.errors import ApiError
 from server.fastpath import read_body
 from server.groups.coordinator import GroupCoordinator, validate_group_name
+from server.messages import INT64_MAX
 from server.reply import as_response, json_response
+from server.security.state import unknown_group
+from server.topics import MAX_PARTITIONS
 
 __all__ = ["router"]
 
@@ -25,12 +34,14 @@ router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
 class PartitionRef(BaseModel):
     topic: str
-    partition: int = Field(ge=0)
+    partition: int = Field(ge=0, lt=MAX_PARTITIONS)
 
 
 class JoinRequest(BaseModel):
     topics: list[str] = Field(min_length=1, max_length=1000, description="topics to consume")
-    session_timeout_ms: int = Field(10_000, description="locks expire this long after the last heartbeat")
+    session_timeout_ms: int = Field(
+        10_000, ge=0, le=INT64_MAX, description="locks expire this long after the last heartbeat"
+    )
     mode: Literal["exclusive", "broadcast"] = Field(
         "exclusive", description="exclusive: each partition to one member; broadcast: every member gets all"
     )
@@ -49,8 +60,8 @@ class HeartbeatRequest(BaseModel):
 
 
 class CommitItem(PartitionRef):
-    offset: int = Field(ge=0, description="the next offset to consume")
-    generation: int | None = Field(None, description="the generation the partition was granted in")
+    offset: int = Field(ge=0, le=INT64_MAX, description="the next offset to consume")
+    generation: int | None = Field(None, ge=0, le=INT64_MAX, description="the generation the partition was granted in")
 
 
 class CommitRequest(BaseModel):
@@ -60,10 +71,12 @@ class CommitRequest(BaseModel):
 
 class ResetRequest(BaseModel):
     topic: str
-    partition: int | None = Field(None, ge=0, description="omit: every partition of the topic")
+    partition: int | None = Field(None, ge=0, lt=MAX_PARTITIONS, description="omit: every partition of the topic")
     to: Literal["earliest", "latest", "offset", "timestamp"]
-    offset: int | None = Field(None, ge=0, description="with to=offset (clamped to the partition's range)")
-    timestamp: int | None = Field(None, ge=0, description="with to=timestamp: ms since the epoch")
+    offset: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="with to=offset (clamped to the partition's range)"
+    )
+    timestamp: int | None = Field(None, ge=0, le=INT64_MAX, description="with to=timestamp: ms since the epoch")
 
 
 def _may_consume(request: Request, topics: list[str]) -> None:
@@ -75,6 +88,30 @@ def _may_consume(request: Request, topics: list[str]) -> None:
         who = principal(request)
         for topic in dict.fromkeys(topics):
             broker.security.authorize(who, broker.topic(topic), "consume")
+
+
+Claim = Literal["never", "tenant", "anyone"]
+
+
+async def _may_use(request: Request, group: str, claim: Claim) -> str | None:
+    """404 unless the caller may use the group, claiming an unclaimed one for it if ``claim`` says so
+    (``"tenant"``: a tenant's use claims, the admin's does not); the group's owner (None: no tenant)."""
+    from server.security.api import principal  # the security API imports the broker, as this module does
+
+    security = request.app.state.broker.security
+    if not security.enabled:
+        return None
+    who = principal(request)
+    state = security.state
+    unclaimed = group not in state.group_owners
+    if unclaimed and (claim == "anyone" or (claim == "tenant" and not who.admin)):
+        state = await security.change(lambda s: s.claim_group(group, who.tenant))
+    elif not state.may_use_group(who.tenant, group):
+        state = await security.fresh()  # granted (or claimed) on another server a moment ago?
+        if not state.may_use_group(who.tenant, group):
+            raise unknown_group(group)
+    owner = state.group_owners.get(group)
+    return owner if owner is not None and owner in state.tenants else None
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -91,15 +128,21 @@ def _parse(model: type[M], raw: bytes) -> M:
 
 
 async def _at_coordinator(
-    request: Request, group: str, handle: Callable[[GroupCoordinator, bytes], Awaitable[Response]]
+    request: Request,
+    group: str,
+    handle: Callable[[GroupCoordinator, bytes, str | None], Awaitable[Response]],
+    *,
+    claim: Claim = "never",
 ) -> Response:
-    """Run ``handle`` here if this server coordinates the group; else forward the request to the one that does."""
+    """Run ``handle`` here if this server coordinates the group (once the caller may use it: ``handle``
+    gets the group's tenant); else forward the request to the one that does."""
     validate_group_name(group)
     raw = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
     coordinator: GroupCoordinator = request.app.state.coordinator
     owner = coordinator.owner(group)
     if owner.local:
-        return await handle(coordinator, raw)
+        tenant = await _may_use(request, group, claim)
+        return await handle(coordinator, raw, tenant)
     broker: Broker = request.app.state.broker
     reply = await broker.forwarder.send(
         owner, request.method, request.url.path, query=request.query_params, headers=request.headers, body=raw or None
@@ -109,13 +152,20 @@ async def _at_coordinator(
 
 @router.get("", summary="List groups")
 async def list_groups(request: Request) -> Response:
+    from server.security.api import principal
+
     coordinator: GroupCoordinator = request.app.state.coordinator
-    return json_response({"groups": await coordinator.list()})
+    groups = await coordinator.list()
+    security = request.app.state.broker.security
+    if security.enabled:
+        tenant, state = principal(request).tenant, security.state
+        groups = [g for g in groups if state.may_use_group(tenant, g)]
+    return json_response({"groups": groups})
 
 
 @router.get("/{group}", summary="Describe: members, assignment, committed offsets, high watermarks, lag")
 async def describe_group(group: str, request: Request) -> Response:
-    async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, _raw: bytes, _tenant: str | None) -> Response:
         return json_response(await coordinator.describe(group))
 
     return await _at_coordinator(request, group, handle)
@@ -125,11 +175,12 @@ async def describe_group(group: str, request: Request) -> Response:
     "/{group}/members", summary="Join: get a member id and the partitions granted", openapi_extra=_schema(JoinRequest)
 )
 async def join_group(group: str, request: Request) -> Response:
-    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes, tenant: str | None) -> Response:
         body = _parse(JoinRequest, raw)
         _may_consume(request, body.topics)
         answer = await coordinator.join(
             group,
+            tenant=tenant,
             topics=body.topics,
             session_s=body.session_timeout_ms / 1000,
             mode=body.mode,
@@ -138,7 +189,7 @@ async def join_group(group: str, request: Request) -> Response:
         )
         return json_response(answer)
 
-    return await _at_coordinator(request, group, handle)
+    return await _at_coordinator(request, group, handle, claim="anyone")
 
 
 @router.post(
@@ -147,40 +198,40 @@ async def join_group(group: str, request: Request) -> Response:
     openapi_extra=_schema(HeartbeatRequest),
 )
 async def heartbeat(group: str, member_id: str, request: Request) -> Response:
-    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes, _tenant: str | None) -> Response:
         body = _parse(HeartbeatRequest, raw)
         return json_response(
             await coordinator.heartbeat(group, member_id, [(p.topic, p.partition) for p in body.owned])
         )
 
-    return await _at_coordinator(request, group, handle)
+    return await _at_coordinator(request, group, handle, claim="tenant")  # a group from before claims
 
 
 @router.delete("/{group}/members/{member_id}", status_code=204, summary="Leave: the member's partitions are free")
 async def leave_group(group: str, member_id: str, request: Request) -> Response:
-    async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, _raw: bytes, _tenant: str | None) -> Response:
         await coordinator.leave(group, member_id)
         return Response(status_code=204)
 
-    return await _at_coordinator(request, group, handle)
+    return await _at_coordinator(request, group, handle, claim="tenant")  # a group from before claims
 
 
 @router.post(
     "/{group}/offsets", summary="Commit offsets (the holder of each partition)", openapi_extra=_schema(CommitRequest)
 )
 async def commit(group: str, request: Request) -> Response:
-    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes, _tenant: str | None) -> Response:
         body = _parse(CommitRequest, raw)
         _may_consume(request, [o.topic for o in body.offsets])
         items = [((o.topic, o.partition), o.offset, o.generation) for o in body.offsets]
         return json_response(await coordinator.commit(group, body.member_id, items))
 
-    return await _at_coordinator(request, group, handle)
+    return await _at_coordinator(request, group, handle, claim="tenant")
 
 
 @router.get("/{group}/offsets", summary="Committed offsets")
 async def committed(group: str, request: Request, instance: str | None = None) -> Response:
-    async def handle(coordinator: GroupCoordinator, _raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, _raw: bytes, _tenant: str | None) -> Response:
         return json_response(await coordinator.offsets(group, instance))
 
     return await _at_coordinator(request, group, handle)
@@ -192,7 +243,7 @@ async def committed(group: str, request: Request, instance: str | None = None) -
     openapi_extra=_schema(ResetRequest),
 )
 async def reset_offsets(group: str, request: Request) -> Response:
-    async def handle(coordinator: GroupCoordinator, raw: bytes) -> Response:
+    async def handle(coordinator: GroupCoordinator, raw: bytes, _tenant: str | None) -> Response:
         body = _parse(ResetRequest, raw)
         _may_consume(request, [body.topic])
         if body.to == "offset" and body.offset is None:
@@ -204,4 +255,4 @@ async def reset_offsets(group: str, request: Request) -> Response:
         )
         return json_response(answer)
 
-    return await _at_coordinator(request, group, handle)
+    return await _at_coordinator(request, group, handle, claim="tenant")

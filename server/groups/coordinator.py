@@ -32,6 +32,7 @@ from server.groups.offsets import (
     snapshot_record,
 )
 from server.groups.state import BROADCAST, EXCLUSIVE, GroupState, Member, OffsetKey, tp_json
+from server.partition_quota import check_partition_quota
 from server.reply import answer_of
 from server.topics import TopicConfig
 
@@ -181,12 +182,30 @@ class GroupCoordinator:
             "dead_letter_topic": dead_letter_topic(state.name) if exclusive else None,
         }
 
+    async def _ensure_side_topics(self, name: str, tenant: str | None) -> None:
+        """The group's retry and dead-letter topics, made on its first exclusive join: the group's tenant
+        owns them (what is written there is billed to it), and they count against its partition quota,
+        checked before either is made."""
+        missing = []
+        for side in (retry_topic(name), dead_letter_topic(name)):
+            try:
+                self._broker.topic(side)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                missing.append(TopicConfig(side, 1, retention_ms=_SIDE_TOPIC_RETENTION_MS, tenant=tenant))
+        if missing:
+            check_partition_quota(self._broker, tenant, None, sum(config.partitions for config in missing))
+        for config in missing:
+            await internal_topics.ensure(self._broker, config)
+
     # ---------------------------------------------------------------- the API
 
     async def join(
         self,
         name: str,
         *,
+        tenant: str | None = None,
         topics: list[str],
         session_s: float,
         mode: str,
@@ -206,9 +225,7 @@ class GroupCoordinator:
             self._broker.topic(topic)  # 404 for an unknown topic
         subscribed = list(dict.fromkeys(topics))
         if mode == EXCLUSIVE:
-            for side in (retry_topic(name), dead_letter_topic(name)):
-                side_config = TopicConfig(side, 1, retention_ms=_SIDE_TOPIC_RETENTION_MS)
-                await internal_topics.ensure(self._broker, side_config)
+            await self._ensure_side_topics(name, tenant)
             subscribed.append(retry_topic(name))
         member_id = f"{instance or 'member'}-{uuid.uuid4().hex[:12]}"
         async with self._group(name) as state:

@@ -1,12 +1,17 @@
 """The portal's pages. Sign in with a token; a tenant sees its usage charts, quotas and requests and asks
 for more; the admin decides what the model left pending; both read the audit log.
 
-Forms post ``application/x-www-form-urlencoded`` with the session's CSRF nonce; the cookie is HttpOnly and
-SameSite=Strict. The token typed in at sign-in is never stored or echoed: the cookie names its id.
+Forms post ``application/x-www-form-urlencoded`` with the session's CSRF nonce (sign-in, before there is a
+session, with a nonce the sign-in page set in a cookie of its own), and a form whose ``Origin`` is another
+site's is refused; the cookies are HttpOnly and SameSite=Strict. Signing out ends the session on every
+server (``session``). The token typed in at sign-in is never stored or echoed: the cookie names its id.
+Every response carries the headers of ``headers``.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +26,8 @@ from server.broker import Broker
 from server.errors import ApiError
 from server.fastpath import read_body
 from server.portal.charts import line_chart
-from server.portal.session import COOKIE, Session, SessionSigner
+from server.portal.headers import PAGE_POLICY
+from server.portal.session import COOKIE, LIFETIME_MS, Session, SessionSigner
 from server.security import audit
 from server.security.access import Principal
 from server.security.requests import decide_request, submit, usage_series
@@ -38,6 +44,7 @@ _templates.filters["amount"] = lambda value, resource: "unlimited" if value is N
 _templates.filters["clock"] = lambda ms: time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(ms) / 1000))
 _RANGES = {"1h": 3600_000, "6h": 6 * 3600_000, "24h": 24 * 3600_000, "14d": 14 * 24 * 3600_000}
 _MAX_FORM = 64 * 1024
+_LOGIN_COOKIE = "talos_portal_login"  # the sign-in form's nonce, until there is a session to hold one
 
 
 def _broker(request: Request) -> Broker:
@@ -55,7 +62,12 @@ def _signer(request: Request) -> SessionSigner:
 
 
 def _render(name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
-    return HTMLResponse(_templates.get_template(name).render(**context), status_code=http_status)
+    """A page whose inline style and script (ours, in the templates) run by this response's nonce."""
+    nonce = secrets.token_urlsafe(16)
+    page = _templates.get_template(name).render(csp_nonce=nonce, **context)
+    response = HTMLResponse(page, status_code=http_status)
+    response.headers["content-security-policy"] = PAGE_POLICY.format(nonce=nonce)
+    return response
 
 
 def error_page(error: ApiError) -> HTMLResponse:
@@ -65,7 +77,18 @@ def error_page(error: ApiError) -> HTMLResponse:
     )
 
 
+def _check_origin(request: Request) -> None:
+    """A browser names the page a form was posted from (``Origin``): it must be this server."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    ours = {f"{request.url.scheme}://{request.headers.get('host', '')}", _broker(request).config.url}
+    if origin.rstrip("/") not in ours:
+        raise ApiError(403, "CSRF", "the form came from another site; open the portal on this server and try again")
+
+
 async def _form(request: Request) -> dict[str, str]:
+    _check_origin(request)
     raw = await read_body(request.receive, _MAX_FORM, request.headers.get("content-length"))
     return {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
 
@@ -75,8 +98,11 @@ def _session(request: Request) -> Session | None:
     session = _signer(request).read(request.cookies.get(COOKIE))
     if session is None:
         return None
-    if session.tenant is not None and session.token_id not in _broker(request).security.state.tokens:
+    state = _broker(request).security.state
+    if session.tenant is not None and session.token_id not in state.tokens:
         return None  # revoked since
+    if session.ended(state.signed_out):
+        return None  # signed out since (this session, or another of the same token)
     return session
 
 
@@ -96,34 +122,60 @@ def _check_csrf(session: Session, form: dict[str, str]) -> None:
 # ---------------------------------------------------------------- sign in and out
 
 
+def _login_page(request: Request, message: str, http_status: int = 200) -> Response:
+    """The sign-in form, with a fresh nonce in the form and in a cookie of its own (double submit)."""
+    broker = _broker(request)
+    open_admin = not broker.security.enabled and not broker.config.admin_token
+    nonce = secrets.token_urlsafe(16)
+    response = _render(
+        "login.html", http_status, session=None, message=message, open_admin=open_admin, login_nonce=nonce
+    )
+    secure = request.url.scheme == "https"
+    response.set_cookie(_LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/portal", secure=secure)
+    return response
+
+
 @router.get("/login", response_class=HTMLResponse)
 async def login_page(request: Request, m: str = "") -> Response:
-    security = _broker(request).security
-    open_admin = not security.enabled and not _broker(request).config.admin_token
-    return _render("login.html", session=None, message=m, open_admin=open_admin)
+    return _login_page(request, m)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
     broker = _broker(request)
     form = await _form(request)
+    expected = request.cookies.get(_LOGIN_COOKIE, "")
+    if not expected or not hmac.compare_digest(form.get("csrf", "").encode(), expected.encode()):
+        raise ApiError(403, "CSRF", "the sign-in form is stale or came from another site; reload the page")
     token = form.get("token", "").strip()
     if not token and not broker.security.enabled and not broker.config.admin_token:
         principal: Principal | None = Principal(None)  # auth is off: anyone is the admin
     else:
         principal = await broker.security.principal_of(token) if token else None
     if principal is None:
-        return _render("login.html", 401, session=None, message="That token is not valid.", open_admin=False)
+        return _login_page(request, "That token is not valid.", 401)
     cookie, _ = _signer(request).issue(principal.token_id or "admin", principal.tenant)
     response = RedirectResponse("/portal/admin" if principal.admin else "/portal", status_code=303)
     secure = request.url.scheme == "https"
     response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/portal", secure=secure)
+    response.delete_cookie(_LOGIN_COOKIE, path="/portal")
     await audit.record(broker, principal, "portal.sign_in", principal.name, tenant=principal.tenant)
     return response
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
+    """End the session on every server, not just in this browser: a copy of the cookie stops working."""
+    session = _session(request)
+    form = await _form(request)
+    if session is not None:
+        _check_csrf(session, form)
+        broker = _broker(request)
+        who = _principal(session)
+        broker.security.limit_changes(who, "portal_sign_outs")
+        now_ms = int(time.time() * 1000)
+        await broker.security.change(lambda s: s.sign_out(session.token_id, now_ms, LIFETIME_MS))
+        await audit.record(broker, who, "portal.sign_out", who.name, tenant=who.tenant)
     response = _to_login("Signed out.")
     response.delete_cookie(COOKIE, path="/portal")
     return response

@@ -2,8 +2,10 @@
 
 - The admin (the configured admin token) may do everything.
 - A tenant may do everything to the topics it owns (created), and what grants give it to others' topics.
-- Internal topics (``__…``) are the servers' own, except the few that clients keep their state in: the
-  connector runner's checkpoints and a group's retry and dead-letter topics, which any tenant may use.
+- Internal topics (``__…``) are the servers' own: a tenant reaches ``__consumer_offsets``,
+  ``__talos_metrics``, ``__talos_audit`` and ``__connect_offsets`` only through the API that owns them
+  (group commits, usage, audit, ``/v1/connectors/{name}/offsets``). The exception: a group's retry and
+  dead-letter topics, which the group's owner and the tenants it was granted to may use.
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from dataclasses import dataclass
 from server.errors import ApiError
 from server.security.state import ACTIONS, SecurityState
 
-__all__ = ["ANONYMOUS", "Principal", "actions_on", "require"]
+__all__ = ["ANONYMOUS", "Principal", "actions_on", "hidden", "require"]
 
-_SHARED_INTERNAL = ("__connect_offsets",)
-_SHARED_INTERNAL_PREFIXES = ("__retry.", "__dlq.")
+_GROUP_TOPIC_PREFIXES = ("__retry.", "__dlq.")  # + the group's name: only its owner and grantees use them
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +42,26 @@ def actions_on(principal: Principal, state: SecurityState, topic: str, owner: st
     if principal.admin:
         return frozenset(ACTIONS)
     if topic.startswith("__"):
-        if topic in _SHARED_INTERNAL or topic.startswith(_SHARED_INTERNAL_PREFIXES):
-            return frozenset(("produce", "consume"))
-        return frozenset()
+        if topic.startswith(_GROUP_TOPIC_PREFIXES):
+            group = topic.partition(".")[2]
+            return frozenset(("produce", "consume")) if state.may_use_group(principal.tenant, group) else frozenset()
+        return frozenset()  # the rest (offsets, metrics, audit, checkpoints): only through the API that owns it
     if owner is not None and owner == principal.tenant:
         return frozenset(ACTIONS)
     allowed: set[str] = set()
     for grant in state.grants:
-        if grant.tenant == principal.tenant and grant.matches(topic):
+        if grant.tenant == principal.tenant and grant.covers(topic, owner):
             allowed.update(grant.actions)
     return frozenset(allowed)
+
+
+def hidden(topic: str, actions: frozenset[str]) -> bool:
+    """Whether a caller with ``actions`` on ``topic`` is told it does not exist (404, as for a name nobody
+    uses) rather than 403: so no tenant learns which names others use. The servers' own internal topics
+    are known to all; for those it is 403."""
+    if actions:
+        return False
+    return not topic.startswith("__") or topic.startswith(_GROUP_TOPIC_PREFIXES)
 
 
 def require(principal: Principal, state: SecurityState, topic: str, owner: str | None, action: str) -> None:

@@ -8,7 +8,7 @@ them; everything else shows a token's id only.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -18,10 +18,10 @@ from server.broker import Broker
 from server.errors import ApiError
 from server.reply import json_response
 from server.security import audit
-from server.security.access import ANONYMOUS, Principal, actions_on
+from server.security.access import ANONYMOUS, Principal
 from server.security.guard import unauthenticated
 from server.security.requests import decide_request, submit
-from server.security.state import QUOTA_FIELDS, Quota, SecurityState, TokenRecord
+from server.security.state import QUOTA_BOUNDS, QUOTA_FIELDS, Quota, SecurityState, TokenRecord, unknown_group
 from server.security.tokens import new_token
 
 __all__ = ["principal", "router", "tenant_json"]
@@ -60,11 +60,19 @@ def tenant_json(state: SecurityState, name: str) -> dict[str, object]:
     }
 
 
+def _limit(resource: str) -> Any:
+    """The body field of one quota: finite (JSON's 1e400 parses as infinity) and within its bounds."""
+    low, high = QUOTA_BOUNDS[resource]
+    if resource == "partitions":
+        return Field(None, ge=int(low), le=int(high))
+    return Field(None, ge=low, le=high, allow_inf_nan=False)
+
+
 class QuotaBody(BaseModel):
-    produce_bytes_per_s: float | None = Field(None, gt=0)
-    fetch_bytes_per_s: float | None = Field(None, gt=0)
-    requests_per_s: float | None = Field(None, gt=0)
-    partitions: int | None = Field(None, gt=0)
+    produce_bytes_per_s: float | None = _limit("produce_bytes_per_s")
+    fetch_bytes_per_s: float | None = _limit("fetch_bytes_per_s")
+    requests_per_s: float | None = _limit("requests_per_s")
+    partitions: int | None = _limit("partitions")
 
 
 class TenantCreate(BaseModel):
@@ -85,7 +93,12 @@ class GrantBody(BaseModel):
 
 class QuotaRequestBody(BaseModel):
     resource: Literal["produce_bytes_per_s", "fetch_bytes_per_s", "requests_per_s", "partitions"]
-    requested: float = Field(gt=0)
+    requested: float = Field(
+        ge=min(low for low, _ in QUOTA_BOUNDS.values()),
+        le=max(high for _, high in QUOTA_BOUNDS.values()),
+        allow_inf_nan=False,
+        description="within the resource's bounds (a 400 names them); partitions: a whole number",
+    )
     topic: str | None = Field(None, description="a topic of the tenant; omit for the tenant's own quota")
     tenant: str | None = Field(None, description="the admin asking on a tenant's behalf; tenants omit it")
     justification: str = Field("", max_length=2000)
@@ -158,6 +171,7 @@ async def delete_tenant(tenant: str, request: Request) -> Response:
 async def create_token(tenant: str, body: TokenCreate, request: Request) -> Response:
     broker, who = broker_of(request), principal(request)
     _self_or_admin(broker, who, tenant)
+    broker.security.limit_changes(who, "tokens")
     token, token_id, digest = new_token()
     record = TokenRecord(token_id, tenant, digest, body.name, int(time.time() * 1000))
     await broker.security.change(lambda s: s.add_token(record))
@@ -190,12 +204,22 @@ async def revoke_token(tenant: str, token_id: str, request: Request) -> Response
 # ---------------------------------------------------------------- grants
 
 
-def _may_grant(broker: Broker, who: Principal, topic: str) -> None:
-    """The admin grants anything; a tenant grants access to a topic it owns (by its exact name)."""
+def _may_grant(broker: Broker, who: Principal, topic: str) -> str | None:
+    """The admin grants anything; a tenant grants access to a topic it owns, or it holds ``admin`` on (by its
+    exact name; one it may not see at all is 404, as one that does not exist). The grant's grantor: the
+    topic's owner (see ``state.Grant``)."""
+    if topic.endswith("*"):
+        if broker.security.enabled and not who.admin:
+            raise ApiError(403, "FORBIDDEN", f"tenant {who.name!r} may not grant access to {topic[:300]!r}")
+        return None
     if not broker.security.enabled or who.admin:
-        return
-    if topic.endswith("*") or "admin" not in actions_on(who, broker.security.state, topic, broker.topic(topic).tenant):
-        raise ApiError(403, "FORBIDDEN", f"tenant {who.name!r} may not grant access to {topic[:300]!r}")
+        try:
+            return broker.topic(topic).tenant
+        except ApiError:
+            return None  # the admin may grant a name before it is made: then to whoever makes it
+    config = broker.topic(topic)
+    broker.security.authorize(who, config, "admin")
+    return config.tenant
 
 
 @router.get("/acls", tags=["security"], summary="Grants (admin: all; a tenant: on its topics and to it)")
@@ -215,9 +239,9 @@ async def list_acls(request: Request, topic: str | None = None, tenant: str | No
 @router.post("/acls", status_code=201, tags=["security"], summary="Grant a tenant produce/consume/admin on topics")
 async def grant(body: GrantBody, request: Request) -> Response:
     broker, who = broker_of(request), principal(request)
-    _may_grant(broker, who, body.topic)
+    grantor = _may_grant(broker, who, body.topic)
     actions = tuple(body.actions)
-    await broker.security.change(lambda s: s.grant(body.topic, body.tenant, actions))
+    await broker.security.change(lambda s: s.grant(body.topic, body.tenant, actions, grantor))
     await audit.record(broker, who, "acl.grant", body.topic, tenant=body.tenant, detail=",".join(actions))
     return json_response({"topic": body.topic, "tenant": body.tenant, "actions": list(actions)}, 201)
 
@@ -229,6 +253,62 @@ async def revoke(request: Request, topic: str, tenant: str, actions: str | None 
     which = tuple(a for a in actions.split(",") if a) if actions else None
     await broker.security.change(lambda s: s.revoke(topic, tenant, which))
     await audit.record(broker, who, "acl.revoke", topic, tenant=tenant, detail=actions or "all")
+    return Response(status_code=204)
+
+
+# ---------------------------------------------------------------- group grants
+
+
+class GroupGrantBody(BaseModel):
+    group: str = Field(description="a consumer group the caller owns")
+    tenant: str
+
+
+async def _may_grant_group(broker: Broker, who: Principal, group: str) -> None:
+    """The admin grants any claimed group; its owner grants it; a grantee may see it but not grant it
+    on (403); to anyone else the group does not exist (404)."""
+    if not broker.security.enabled or who.admin:
+        return
+    state = broker.security.state
+    if not state.may_use_group(who.tenant, group):
+        state = await broker.security.fresh()  # claimed on another server a moment ago?
+    if not state.may_use_group(who.tenant, group):
+        raise unknown_group(group)
+    if state.group_owners.get(group) != who.tenant:
+        raise ApiError(403, "FORBIDDEN", f"only the owner of group {group[:200]!r} grants it")
+
+
+@router.get("/acls/groups", tags=["security"], summary="Group grants (admin: all; a tenant: on its groups and to it)")
+async def list_group_acls(request: Request, group: str | None = None, tenant: str | None = None) -> Response:
+    broker, who = broker_of(request), principal(request)
+    state = broker.security.state
+    grants = [
+        {"group": g.group, "tenant": g.tenant}
+        for g in state.group_grants
+        if (who.admin or g.tenant == who.tenant or state.group_owners.get(g.group) == who.tenant)
+        and (group is None or g.group == group)
+        and (tenant is None or g.tenant == tenant)
+    ]
+    return json_response({"acls": grants})
+
+
+@router.post(
+    "/acls/groups", status_code=201, tags=["security"], summary="Let a tenant use a consumer group (its owner)"
+)
+async def grant_group(body: GroupGrantBody, request: Request) -> Response:
+    broker, who = broker_of(request), principal(request)
+    await _may_grant_group(broker, who, body.group)
+    await broker.security.change(lambda s: s.grant_group(body.group, body.tenant))
+    await audit.record(broker, who, "acl.grant_group", body.group, tenant=body.tenant)
+    return json_response({"group": body.group, "tenant": body.tenant}, 201)
+
+
+@router.delete("/acls/groups", status_code=204, tags=["security"], summary="Revoke a tenant's grant of a group")
+async def revoke_group(request: Request, group: str, tenant: str) -> Response:
+    broker, who = broker_of(request), principal(request)
+    await _may_grant_group(broker, who, group)
+    await broker.security.change(lambda s: s.revoke_group(group, tenant))
+    await audit.record(broker, who, "acl.revoke_group", group, tenant=tenant)
     return Response(status_code=204)
 
 
@@ -292,6 +372,8 @@ async def create_quota_request(body: QuotaRequestBody, request: Request) -> Resp
     tenant = who.tenant if who.tenant is not None else body.tenant
     if tenant is None:
         raise ApiError(400, "INVALID_REQUEST", "the admin names the tenant ('tenant') a request is for")
+    if body.resource == "partitions" and body.requested < 1:  # whole partitions: 0.5 would round to 0
+        raise ApiError(400, "INVALID_REQUEST", "requested partitions must be at least 1")
     made = await submit(
         broker,
         who,

@@ -26,9 +26,17 @@ _SCAN = 5000  # the newest entries a query looks through
 
 
 async def record(
-    broker: Broker, actor: Principal, action: str, target: str, *, tenant: str | None, detail: str = ""
+    broker: Broker,
+    actor: Principal,
+    action: str,
+    target: str,
+    *,
+    tenant: str | None,
+    detail: str = "",
+    record_of: dict[str, object] | None = None,
 ) -> None:
-    """Append one entry: who (``actor``) did ``action`` to ``target``, which belongs to ``tenant``.
+    """Append one entry: who (``actor``) did ``action`` to ``target``, which belongs to ``tenant``;
+    ``record_of``: the whole object it settled (a decided quota request, which the document drops later).
 
     The change it records has happened already, so a storage failure here must not fail the request: the
     entry is retried for several seconds, then written to the server's log instead (as an error)."""
@@ -41,6 +49,8 @@ async def record(
         "tenant": tenant,
         "detail": detail,
     }
+    if record_of is not None:
+        entry["record"] = record_of
     record = RecordData(orjson.dumps(entry), actor.name.encode())
     for delay in (*_RETRIES_S, None):
         try:

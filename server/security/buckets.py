@@ -23,14 +23,16 @@ class TokenBucket:
     rate: float
     tokens: float
     updated: float
+    burst: float | None = None  # the most it holds; None: one second's worth (``rate``)
 
     @classmethod
-    def full(cls, rate: float, now: float) -> TokenBucket:
-        return cls(rate, rate, now)
+    def full(cls, rate: float, now: float, burst: float | None = None) -> TokenBucket:
+        return cls(rate, rate if burst is None else burst, now, burst)
 
     def _refill(self, now: float) -> None:
         if now > self.updated:
-            self.tokens = min(self.rate, self.tokens + (now - self.updated) * self.rate)
+            most = self.rate if self.burst is None else self.burst
+            self.tokens = min(most, self.tokens + (now - self.updated) * self.rate)
             self.updated = now
 
     def wait(self, now: float) -> float:

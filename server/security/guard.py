@@ -20,12 +20,12 @@ from typing import Protocol, TypeVar
 from server import metrics
 from server.config import ServerConfig
 from server.errors import ApiError
-from server.security.access import ANONYMOUS, Principal, require
+from server.security.access import ANONYMOUS, Principal, actions_on, hidden, require
 from server.security.buckets import TokenBucket, retry_after_header
 from server.security.state import Quota, SecurityState
 from server.security.store import SecurityStore
 from server.security.tokens import parse_token, verify
-from server.topics import TopicConfig
+from server.topics import TopicConfig, unknown_topic
 
 __all__ = ["MAX_HOLD_S", "Security", "Topology", "allowance", "pay", "unauthenticated"]
 
@@ -35,6 +35,10 @@ _SHARE_TTL_S = 5.0
 _RELOAD_GAP_S = 1.0
 MAX_HOLD_S = 10.0  # well inside the SDK's 30 s request timeout
 _BYTES_RESOURCE = {"produce": "produce_bytes_per_s", "fetch": "fetch_bytes_per_s"}
+# Calls that each write the security document (making a token, asking for quota, signing out of the portal):
+# per tenant and server, a burst of this many, then one per 1 / rate seconds.
+CHANGE_BURST = 10.0
+CHANGE_RATE_PER_S = 0.2
 
 
 class Topology(Protocol):
@@ -74,6 +78,12 @@ class Security:
         if state.version >= self.state.version:
             self.state = state
         self._fresh_as_of = max(self._fresh_as_of, started)
+        return self.state
+
+    async def fresh(self) -> SecurityState:
+        """The state at least as new as this call (re-read at most once a second): before refusing what a
+        change made on another server a moment ago (a grant) may allow."""
+        await self._reload_since(time.monotonic())
         return self.state
 
     async def _reload_since(self, asked_at: float) -> None:
@@ -145,14 +155,37 @@ class Security:
     # ---------------------------------------------------------------- authorization
 
     def authorize(self, principal: Principal, topic: TopicConfig | str, action: str) -> None:
+        """403 unless the principal may ``action`` the topic; 404 (as for a topic that does not exist) if
+        it may do nothing at all to an existing topic (``topic`` given as its config)."""
         if not self.enabled:
             return
         name, owner = (topic, None) if isinstance(topic, str) else (topic.name, topic.tenant)
-        try:
-            require(principal, self.state, name, owner, action)
-        except ApiError:
-            metrics.denied(403)
-            raise
+        actions = actions_on(principal, self.state, name, owner)
+        if action in actions:
+            return
+        if not isinstance(topic, str) and hidden(name, actions):
+            metrics.denied(404)
+            raise unknown_topic(name)
+        metrics.denied(403)
+        require(principal, self.state, name, owner, action)
+
+    def limit_changes(self, principal: Principal, what: str) -> None:
+        """429 with Retry-After once a tenant asks for ``what`` (a call that writes the security document)
+        faster than :data:`CHANGE_RATE_PER_S` after a burst of :data:`CHANGE_BURST`. The admin is not limited."""
+        if principal.tenant is None:
+            return
+        now = time.monotonic()
+        key = ("changes", principal.tenant, what)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            # A bucket admits until it is in debt: one call more than it holds.
+            bucket = self._buckets[key] = TokenBucket.full(CHANGE_RATE_PER_S, now, burst=CHANGE_BURST - 1)
+        wait = bucket.wait(now)
+        if wait > 0:
+            metrics.throttled("tenant", what)
+            message = f"too many {what.replace('_', ' ')} from tenant {principal.tenant!r}; retry in {wait:.1f} s"
+            raise _too_many("RATE_LIMITED", message, wait)
+        bucket.charge(1, now)
 
     def require_admin(self, principal: Principal) -> None:
         if self.enabled and not principal.admin:
@@ -218,17 +251,21 @@ class Security:
                     limit_key = (scope, resource)
         if wait > 0:
             metrics.throttled(*limit_key)
-            raise ApiError(
-                429,
-                "QUOTA_EXCEEDED",
-                f"over the quota ({limited_by}); retry in {wait:.3f} s",
-                retriable=True,
-                headers={"Retry-After": retry_after_header(wait)},
-                details={"retry_after_ms": round(wait * 1000, 1)},
-            )
+            raise _too_many("QUOTA_EXCEEDED", f"over the quota ({limited_by}); retry in {wait:.3f} s", wait)
         for bucket in requests:
             bucket.charge(1, now)
         return sized
+
+
+def _too_many(code: str, message: str, wait: float) -> ApiError:
+    return ApiError(
+        429,
+        code,
+        message,
+        retriable=True,
+        headers={"Retry-After": retry_after_header(wait)},
+        details={"retry_after_ms": round(wait * 1000, 1)},
+    )
 
 
 def allowance(buckets: list[TokenBucket]) -> int:

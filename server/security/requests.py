@@ -15,7 +15,7 @@ from server.broker import Broker
 from server.errors import ApiError
 from server.security import audit
 from server.security.access import Principal
-from server.security.state import QuotaRequest, SecurityState
+from server.security.state import QuotaRequest, SecurityState, check_quota_value
 
 __all__ = ["UsageSource", "decide_request", "submit", "usage_series", "usage_source"]
 
@@ -102,8 +102,7 @@ async def submit(
     security = broker.security
     if resource not in RESOURCES:
         raise ApiError(400, "INVALID_REQUEST", f"resource must be one of {RESOURCES}")
-    if not requested > 0 or requested > 1e15:
-        raise ApiError(400, "INVALID_REQUEST", "requested must be a positive number")
+    check_quota_value(resource, requested)
     if resource == "partitions":
         requested = float(int(requested))
     state = security.state
@@ -115,6 +114,7 @@ async def submit(
         current = state.topic_quota(topic).get(resource)
     else:
         current = state.tenant(tenant).quota.get(resource)
+    security.limit_changes(actor, "quota_requests")  # what follows reads usage and writes the document
     rows, step, window = await usage_series(broker, tenant=tenant, topic=topic)
     demand = Demand(
         resource=resource,
@@ -152,7 +152,13 @@ async def submit(
     await audit.record(broker, actor, "quota_request.submit", target, tenant=tenant, detail=f"#{stored.id}")
     if stored.status != "pending":
         await audit.record(
-            broker, actor, f"quota_request.{stored.status}", target, tenant=tenant, detail=f"#{stored.id} by the model"
+            broker,
+            actor,
+            f"quota_request.{stored.status}",
+            target,
+            tenant=tenant,
+            detail=f"#{stored.id} by the model",
+            record_of=stored.to_json(),  # the document keeps only the newest decided requests
         )
     return stored
 
@@ -166,6 +172,12 @@ async def decide_request(broker: Broker, actor: Principal, request_id: int, appr
     decided = state.request(request_id)
     target = f"{decided.topic or decided.tenant} {decided.resource} {decided.requested:g}"
     await audit.record(
-        broker, actor, f"quota_request.{status}", target, tenant=decided.tenant, detail=f"#{request_id}: {text}"
+        broker,
+        actor,
+        f"quota_request.{status}",
+        target,
+        tenant=decided.tenant,
+        detail=f"#{request_id}: {text}",
+        record_of=decided.to_json(),  # the document keeps only the newest decided requests
     )
     return decided

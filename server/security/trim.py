@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from talos import RecordData, decode_records, encode_batch
+from talos import BatchError, RecordData, decode_records, encode_batch
 
 __all__ = ["trim_to_allowance"]
 
@@ -24,7 +24,11 @@ def trim_to_allowance(batches: Sequence[bytes | bytearray], offset: int, allowan
             out.append(batch)
             used += len(batch)
             continue
-        records = [r for r in decode_records(batch, verify=False) if r.offset >= offset]
+        try:
+            records = [r for r in decode_records(batch, verify=False) if r.offset >= offset]
+        except BatchError:  # a corrupt stored batch: served as it is, for the reader to step over
+            out.append(batch)
+            break
         kept: list[RecordData] = []
         size = 0
         for record in records:

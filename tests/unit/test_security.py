@@ -3,6 +3,9 @@ the pure parts of tenants and quotas, without a server."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,9 +14,16 @@ from metering.store import Window
 from server.errors import ApiError
 from server.portal.charts import line_chart, nice_ceiling
 from server.portal.session import SessionSigner
-from server.security.access import ANONYMOUS, Principal, actions_on, require
+from server.security.access import ANONYMOUS, Principal, actions_on, hidden, require
 from server.security.buckets import TokenBucket, retry_after_header
-from server.security.state import QuotaRequest, SecurityState, TokenRecord
+from server.security.state import (
+    KEEP_DECIDED_REQUESTS_PER_TENANT,
+    MAX_PENDING_REQUESTS_PER_TENANT,
+    MAX_TOKENS_PER_TENANT,
+    QuotaRequest,
+    SecurityState,
+    TokenRecord,
+)
 from server.security.tokens import hash_secret, new_token, parse_token, verify
 from server.security.trim import trim_to_allowance
 from server.usage import Usage
@@ -104,7 +114,7 @@ names = st.from_regex(r"[a-z][a-z0-9_-]{0,10}", fullmatch=True).filter(lambda n:
 
 
 @settings(max_examples=50, deadline=None)
-@given(tenants=st.sets(names, min_size=1, max_size=4), rate=st.floats(1, 1e9), partitions=st.integers(1, 4096))
+@given(tenants=st.sets(names, min_size=1, max_size=4), rate=st.floats(1000, 1e9), partitions=st.integers(1, 4096))
 def test_the_document_survives_json(tenants: set[str], rate: float, partitions: int) -> None:
     state = state_with(*sorted(tenants))
     first = sorted(tenants)[0]
@@ -126,7 +136,10 @@ def test_owners_have_everything_others_what_grants_give_internal_topics_are_the_
     assert actions_on(acme, state, "legacy", None) == frozenset()  # no owner: the admin's
     assert actions_on(ANONYMOUS, state, "anything", "acme") == {"produce", "consume", "admin"}
     assert actions_on(acme, state, "__consumer_offsets", None) == frozenset()
-    assert actions_on(acme, state, "__retry.g", None) == {"produce", "consume"}
+    assert actions_on(acme, state, "__retry.g", None) == frozenset()  # an unclaimed group's: nobody's
+    claimed = state.claim_group("g", "acme")
+    assert actions_on(acme, claimed, "__retry.g", "acme") == {"produce", "consume"}
+    assert actions_on(globex, claimed, "__retry.g", "acme") == frozenset()
     with pytest.raises(ApiError) as error:
         require(globex, state, "logs.web", "acme", "produce")
     assert error.value.status == 403
@@ -264,3 +277,99 @@ def test_trimmed_answers_start_at_the_offset_stay_contiguous_and_within_the_allo
     assert wanted and wanted[0] == start and wanted == list(range(start, start + len(wanted)))
     total = sum(len(b) for b in cut)
     assert total <= allowance + 100 or len(wanted) == 1 or total == len(holding[0])
+
+
+# ---------------------------------------------------------------- tenant isolation: grants, caps, pruning, sign-out
+
+
+def test_a_tenants_grant_covers_only_its_own_topics_and_dies_with_the_topic() -> None:
+    acme, globex = Principal("acme", "a1"), Principal("globex", "g1")
+    state = state_with("acme", "globex", "initech").grant("orders", "globex", ("consume",), grantor="acme")
+    state = state.grant("logs.*", "globex", ("consume",))  # the admin's pattern: no grantor
+    assert actions_on(globex, state, "orders", "acme") == {"consume"}
+    # The name re-created by another tenant (a deletion that did not get to the grant): the grant is acme's.
+    assert actions_on(globex, state, "orders", "initech") == frozenset()
+    assert hidden("orders", actions_on(globex, state, "orders", "initech"))
+    assert not hidden("orders", actions_on(globex, state, "orders", "acme"))
+    assert not hidden("__talos_audit", actions_on(acme, state, "__talos_audit", None))  # no secret: 403
+    forgotten = state.forget_topic_grants("orders")
+    assert [g.topic for g in forgotten.grants] == ["logs.*"]  # the pattern names no one topic: it stays
+    assert forgotten.forget_topic_grants("orders") is forgotten
+    assert [g.grantor for g in state.revoke("orders", "globex", ("admin",)).grants] == ["acme", None]
+    assert SecurityState.from_json(state.to_json()) == state
+    legacy = state.to_json()
+    for entry in legacy["grants"]:  # type: ignore[attr-defined]
+        del entry["grantor"]
+    assert all(g.grantor is None for g in SecurityState.from_json(legacy).grants)
+    assert state.delete_tenant("acme").grants == tuple(g for g in state.grants if g.grantor is None)
+
+
+def test_a_tenant_has_at_most_50_tokens_and_20_pending_requests() -> None:
+    state = state_with("acme", "globex")
+    for index in range(MAX_TOKENS_PER_TENANT):
+        state = state.add_token(TokenRecord(f"a{index}", "acme", "h", "", 1))
+    with pytest.raises(ApiError) as error:
+        state.add_token(TokenRecord("one-more", "acme", "h", "", 1))
+    assert (error.value.status, error.value.code) == (409, "TOO_MANY_TOKENS")
+    state = state.add_token(TokenRecord("g", "globex", "h", "", 1))  # another tenant's count is its own
+    state = state.revoke_token("a0").add_token(TokenRecord("again", "acme", "h", "", 1))  # room after a revoke
+
+    def ask(tenant: str, status: str = "pending") -> QuotaRequest:
+        return QuotaRequest(0, tenant, None, "partitions", None, 10, "", status, "", "", 1)
+
+    for _ in range(MAX_PENDING_REQUESTS_PER_TENANT):
+        state = state.add_request(ask("acme"))
+    with pytest.raises(ApiError) as error:
+        state.add_request(ask("acme"))
+    assert (error.value.status, error.value.code) == (409, "TOO_MANY_PENDING_REQUESTS")
+    state = state.add_request(ask("acme", "rejected")).add_request(ask("globex"))  # decided ones and others'
+    state = state.decide(1, "rejected", "no", "admin", 2).add_request(ask("acme"))  # a decision makes room
+
+
+def test_decided_requests_beyond_the_newest_20_of_a_tenant_leave_the_document() -> None:
+    state = state_with("acme", "globex")
+    pending = QuotaRequest(0, "acme", None, "partitions", None, 10, "", "pending", "", "", 1)
+    state = state.add_request(pending).add_request(dataclasses.replace(pending, tenant="globex", status="approved"))
+    for index in range(400):
+        state = state.add_request(dataclasses.replace(pending, status="rejected", decided_ms=10 + index))
+    keep = KEEP_DECIDED_REQUESTS_PER_TENANT
+    acme = [r for r in state.requests if r.tenant == "acme"]
+    assert [r.id for r in acme] == [1, *range(403 - keep, 403)]  # the pending one stays, and the newest
+    assert [r.id for r in state.requests if r.tenant == "globex"] == [2]  # others' are untouched
+    decided = state.decide(1, "approved", "ok", "admin", 10_000)  # the oldest id, decided last: it stays
+    assert decided.request(1).status == "approved"
+    assert [r.id for r in decided.requests if r.tenant == "acme"] == [1, *range(404 - keep, 403)]
+    # Ids are never reused: the newest request is kept whatever its decision time.
+    late = state.add_request(dataclasses.replace(pending, tenant="globex", status="rejected", decided_ms=0))
+    assert max(r.id for r in late.requests) == 403
+    assert len(orjson.dumps(state.to_json())) < 20_000
+
+
+def test_signing_out_voids_the_sessions_of_that_token_issued_until_then() -> None:
+    signer = SessionSigner("key", "")
+    cookie, session = signer.issue("a1", "acme", now=1000.0)
+    other_cookie, _ = signer.issue("b1", "acme", now=1000.0)
+    read = signer.read(cookie, now=1001.0)
+    assert read is not None and read.issued_ms == 1_000_000
+    state = state_with("acme").sign_out("a1", 1_000_500, 8 * 3600_000)
+    assert read.ended(state.signed_out)
+    other = signer.read(other_cookie, now=1001.0)
+    assert other is not None and not other.ended(state.signed_out)
+    _, later = signer.issue("a1", "acme", now=1001.0)  # signing in again starts a new session
+    assert not later.ended(state.signed_out)
+    # Entries older than a session's lifetime void nothing alive: dropped as others sign out.
+    assert set(state.sign_out("b1", 1_000_500 + 8 * 3600_000, 8 * 3600_000).signed_out) == {"b1"}
+    assert SecurityState.from_json(state.to_json()) == state
+    assert "a1" not in state.add_token(TokenRecord("a1", "acme", "h", "", 1)).revoke_token("a1").signed_out
+    assert session.issued_ms == 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("resource", "value"),
+    [("produce_bytes_per_s", 999.0), ("fetch_bytes_per_s", 1e-3), ("requests_per_s", 5e-324), ("partitions", 0)],
+)
+def test_a_quota_below_its_bound_is_refused(resource: str, value: float) -> None:
+    """A byte bucket holds a request for debt / rate: a rate near zero is an outage, not a limit."""
+    with pytest.raises(ApiError) as raised:
+        state_with("acme").set_quota("acme", None, {resource: value})
+    assert raised.value.status == 400

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from server.cluster import Owner
 from server.config import load_config
 from server.errors import ApiError
+from server.forwarding import HOPS_HEADER, Forwarder
 from server.tailcache import TailCache
 from server.topics import validate_topic_name
 
@@ -64,3 +67,13 @@ def test_tail_cache_serves_contiguous_batches_and_evicts_oldest_under_the_budget
     assert a.read(1, 50) == [b"y" * 100]  # at least one batch, even over max_bytes
     a.add(10, 11, b"w")  # not contiguous (reloaded log): start over
     assert a.start == 10
+
+
+@pytest.mark.parametrize("hops", ["²", "x", "9" * 5000, "-1"])
+def test_a_garbage_hop_count_is_400_not_500(hops: str) -> None:
+    """A client can send ``x-talos-hops``; anything but a small whole number is its mistake, before any I/O."""
+    forwarder = Forwarder(max_hops=3, timeout_s=1.0)
+    owner = Owner("s2", "http://127.0.0.1:9", local=False)
+    with pytest.raises(ApiError) as raised:
+        asyncio.run(forwarder.send(owner, "GET", "/v1/x", query={}, headers={HOPS_HEADER: hops}, body=None))
+    assert (raised.value.status, raised.value.code) == (400, "INVALID_REQUEST")

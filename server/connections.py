@@ -1,0 +1,284 @@
+"""Limits on client connections that uvicorn lacks, so hostile connections cannot stop other clients (issue 20).
+
+uvicorn's httptools protocol closes idle keep-alive connections and nothing else: a connection that never finishes
+its request head, or stalls in its body, stays open for ever, and every accepted connection holds a file
+descriptor until the process hits EMFILE (then /healthz, produce and the security re-read fail). This subclass adds:
+
+* a deadline per request, one timer armed when a request head is awaited (on connect, after each response) and
+  cancelled once the request is complete, so the hot path pays one ``call_later`` and one ``cancel`` per request:
+  a head not complete within ``header_timeout_s`` gets 408; a body with no bytes for ``body_idle_timeout_s``, or
+  not complete within ``body_timeout_s``, gets 408 (or a close, if the answer has started);
+* a cap on the request head's size (httptools buffers a header of any length);
+* a cap on open connections: one over it is answered 503 (retriable) and closed at once, so it costs a descriptor
+  for microseconds and connections already open (well-behaved keep-alive clients) carry on;
+* a cap on requests per keep-alive connection (the last answer says ``connection: close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from server.config import ServerConfig
+from server.errors import ApiError, error_body
+
+__all__ = [
+    "AUTO_MAX_CONNECTIONS",
+    "ConnectionLimits",
+    "connection_cap",
+    "connection_limits",
+    "protocol_class",
+    "raise_fd_limit",
+]
+
+# The automatic cap never goes above this: each connection also costs memory (up to max_header_bytes while its
+# head arrives), and a hard limit of a million descriptors would otherwise allow ~750 k connections.
+AUTO_MAX_CONNECTIONS = 10_000
+
+log = logging.getLogger("talos.server")
+
+_HEAD, _BODY, _APP = 0, 1, 2  # awaiting or reading a request head; reading its body; the app has the request
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout_s: float
+    body_idle_timeout_s: float
+    body_timeout_s: float
+    max_connections: int
+    max_requests_per_connection: int  # 0: unlimited
+    max_header_bytes: int
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (where the OS allows it); return the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # e.g. macOS refuses more than kern.maxfilesperproc
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def connection_cap(fd_limit: int, configured: int) -> int:
+    """The most open client connections: ``configured``, or (0) what the descriptor limit allows.
+
+    The automatic cap leaves a quarter of the descriptors (at least min(1024, half)) to the server's own files:
+    segments and indexes, the HDFS client, ZooKeeper, the forwarding pool.
+    """
+    if configured < 0:
+        raise ValueError(f"max_connections must be >= 0 (0: from the descriptor limit), got {configured}")
+    if configured:
+        if configured > fd_limit - 64:
+            raise ValueError(
+                f"max_connections {configured} leaves the server no file descriptors: the limit is {fd_limit}"
+            )
+        return configured
+    reserve = max(fd_limit // 4, min(1024, fd_limit // 2))
+    return max(1, min(AUTO_MAX_CONNECTIONS, fd_limit - reserve))
+
+
+def connection_limits(config: ServerConfig, fd_limit: int) -> ConnectionLimits:
+    """The limits ``config`` asks for, checked; the connection cap from ``fd_limit`` when not set."""
+    for name in ("header_timeout_s", "body_idle_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")
+    if config.max_requests_per_connection < 0:
+        raise ValueError(
+            f"max_requests_per_connection must be >= 0 (0: unlimited), got {config.max_requests_per_connection}"
+        )
+    if config.max_header_bytes < 1024:
+        raise ValueError(f"max_header_bytes must be >= 1024, got {config.max_header_bytes}")
+    return ConnectionLimits(
+        header_timeout_s=config.header_timeout_s,
+        body_idle_timeout_s=config.body_idle_timeout_s,
+        body_timeout_s=config.body_timeout_s,
+        max_connections=connection_cap(fd_limit, config.max_connections),
+        max_requests_per_connection=config.max_requests_per_connection,
+        max_header_bytes=config.max_header_bytes,
+    )
+
+
+def _raw_response(error: ApiError) -> bytes:
+    body = error_body(error)
+    head = [
+        f"HTTP/1.1 {error.status} {'Request Timeout' if error.status == 408 else 'Error'}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(f"{name}: {value}" for name, value in error.headers.items()),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+_HEAD_TIMEOUT = _raw_response(
+    ApiError(408, "REQUEST_TIMEOUT", "the request head did not arrive in time", retriable=True)
+)
+_BODY_TIMEOUT = _raw_response(ApiError(408, "REQUEST_TIMEOUT", "the request body stalled", retriable=True))
+_HEAD_TOO_LARGE = _raw_response(ApiError(431, "HEADERS_TOO_LARGE", "the request head is too large"))
+_TOO_MANY = _raw_response(
+    ApiError(
+        503,
+        "TOO_MANY_CONNECTIONS",
+        "the server is at its connection limit",
+        retriable=True,
+        headers={"Retry-After": "1"},
+    )
+)
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits above (set per server by :func:`protocol_class`)."""
+
+    limits: ClassVar[ConnectionLimits]
+    _last_refusal_log: ClassVar[float] = 0.0
+    _refused: ClassVar[int] = 0
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._phase = _HEAD
+        self._head_bytes = 0
+        self._requests = 0
+        self._body_started = 0.0
+        self._body_progress = 0.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self.transport = transport  # connection_lost closes it
+            transport.write(_TOO_MANY)
+            transport.close()
+            self._log_refusal()
+            return
+        super().connection_made(transport)
+        self._arm(self.limits.header_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase != _HEAD:
+            super().data_received(data)
+            return
+        # The chunk may end the head and carry a body: only a head still incomplete after it is too large.
+        self._head_bytes += len(data)
+        super().data_received(data)
+        if self._phase == _HEAD and self._head_bytes > self.limits.max_header_bytes:
+            self._close_with(_HEAD_TOO_LARGE)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase = _HEAD
+        if self._deadline is None:  # a pipelined request: its head starts now
+            self._arm(self.limits.header_timeout_s)
+
+    def on_headers_complete(self) -> None:
+        self._phase = _BODY
+        self._head_bytes = 0
+        self._body_started = self._body_progress = self.loop.time()
+        super().on_headers_complete()
+        self._requests += 1
+        limit = self.limits.max_requests_per_connection
+        if limit and self._requests >= limit and self.cycle is not None:
+            self.cycle.keep_alive = False
+
+    def on_body(self, body: bytes) -> None:
+        self._body_progress = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        # Answered before the body was in (e.g. 413): on to the next head.
+        if self.cycle is not None and self.cycle.response_complete:
+            self._await_next_head()
+        else:
+            self._phase = _APP
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # Not while a pipelined request (now self.cycle) is being read or answered.
+        if self._phase == _APP and self.cycle.response_complete and not self.transport.is_closing():
+            self._await_next_head()
+
+    def _await_next_head(self) -> None:
+        # uvicorn's keep-alive timer closes an idle connection but any byte cancels it (a lone CRLF every few
+        # seconds would keep the connection for ever): this deadline bounds the wait for the next head.
+        self._phase = _HEAD
+        self._arm(self.timeout_keep_alive + self.limits.header_timeout_s)
+
+    def _arm(self, delay: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(delay, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self._phase == _HEAD:
+            idle = self.cycle is None or self.cycle.response_complete
+            self._close_with(_HEAD_TIMEOUT if idle else b"")
+            return
+        if self._phase != _BODY:
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:  # we, not the client, hold the body up
+            self._body_progress = now
+        due = min(
+            self._body_progress + self.limits.body_idle_timeout_s, self._body_started + self.limits.body_timeout_s
+        )
+        if now < due:
+            self._deadline = self.loop.call_later(due - now, self._expired)
+            return
+        started = self.cycle is not None and self.cycle.response_started
+        self._close_with(b"" if started else _BODY_TIMEOUT)
+
+    def _close_with(self, response: bytes) -> None:
+        self._disarm()
+        if response:
+            self.transport.write(response)
+        self.transport.close()
+
+    def _log_refusal(self) -> None:
+        """At most one warning per 10 s: a flood must not also flood the log."""
+        cls = GuardedHttpProtocol
+        cls._refused += 1
+        now = self.loop.time()
+        if now - cls._last_refusal_log >= 10.0:
+            log.warning(
+                "at the connection limit (%d): refused %d connections", self.limits.max_connections, cls._refused
+            )
+            cls._last_refusal_log = now
+            cls._refused = 0
+
+
+def protocol_class(limits: ConnectionLimits) -> type[GuardedHttpProtocol]:
+    """The protocol class to give uvicorn as ``http=``, with these limits."""
+
+    class Configured(GuardedHttpProtocol):
+        pass
+
+    Configured.limits = limits
+    return Configured

@@ -19,7 +19,7 @@ from talos import Admin, ApiError, TransportError, partition_for_key
 __all__ = ["CHECKPOINT_PARTITIONS", "CHECKPOINT_TOPIC", "CheckpointStore"]
 
 CHECKPOINT_TOPIC = "__connect_offsets"
-CHECKPOINT_PARTITIONS = 8  # the servers' layout of CHECKPOINT_TOPIC (server.connector_offsets)
+CHECKPOINT_PARTITIONS = 8  # the servers' layout of CHECKPOINT_TOPIC (server.http.connector_offsets)
 _RETRY_S = 0.5
 
 

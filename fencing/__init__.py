@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from fencing.epochs import DirectoryEpochSource, EpochSource, highest_epoch
 from fencing.errors import FencedError, LogCorruptError, LogError, OffsetOutOfRangeError, StorageError
-from fencing.filesystem import FileInfo, FileSystem, WritableFile, open_storage
+from fencing.filesystem import FileInfo, FileSystem, WritableFile
 from fencing.log import LogConfig, PartitionLog, RecoveryReport, scan_valid_prefix
 from fencing.segments import SegmentName
+from fencing.storage import open_storage
 
 __all__ = [
     "DirectoryEpochSource",

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fencing.epochs import DirectoryEpochSource
-from fencing.filesystem import FileSystem, open_storage
+from fencing.filesystem import FileSystem
 from fencing.log import LogConfig, PartitionLog
+from fencing.storage import open_storage
 from talos import RecordData, encode_batch
 
 MIB = 1024 * 1024

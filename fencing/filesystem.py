@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import posixpath
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlparse
 
 from fencing.errors import StorageError
 
-__all__ = ["FileInfo", "FileSystem", "WritableFile", "open_storage", "storage_errors"]
+__all__ = ["FileInfo", "FileSystem", "WritableFile", "storage_errors"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -130,29 +128,3 @@ class FileSystem(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
-
-
-def open_storage(url: str) -> tuple[FileSystem, str]:
-    """Select the filesystem for a storage URL; returns it and the root path inside it.
-
-    ``file:///var/lib/talos`` or a plain path → local; ``hdfs://host:port/talos`` or
-    ``hdfs://nameservice/talos`` (NameNode HA, from ``HADOOP_CONF_DIR``) → HDFS.
-    """
-    parsed = urlparse(url)
-    if parsed.scheme == "hdfs":
-        from fencing.hdfs import HdfsFileSystem
-
-        if not parsed.hostname:
-            raise ValueError(f"{url!r}: an hdfs:// URL needs a host (hdfs://host:port/path)")
-        # As given: without a port the host may be an HA nameservice of HADOOP_CONF_DIR's hdfs-site.xml,
-        # which the client resolves to the active NameNode (a bare host name gets port 8020 there too).
-        namenode = f"hdfs://{parsed.netloc}"
-        return HdfsFileSystem(namenode), posixpath.normpath(parsed.path or "/")
-    if parsed.scheme in ("file", ""):
-        import os
-
-        from fencing.local import LocalFileSystem
-
-        path = parsed.path if parsed.scheme == "file" else url
-        return LocalFileSystem(), os.path.abspath(path)
-    raise ValueError(f"{url!r}: storage URLs are file:///path or hdfs://host:port/path")

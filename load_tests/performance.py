@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from peers import Latencies, NatsJetStream, RedisStreams, closed_loop
 
 from fencing.bench import hsync_latency, make_batches, raw_run
-from fencing.filesystem import open_storage
+from fencing.storage import open_storage
 from talos import Admin, Producer, read_header
 from talos.devservices import HdfsCluster, StandaloneServer
 

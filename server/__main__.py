@@ -11,9 +11,9 @@ from typing import Any
 
 import uvicorn
 
-from server.app import create_asgi
 from server.config import load_config
-from server.connections import connection_limits, protocol_class, raise_fd_limit
+from server.http.app import create_asgi
+from server.http.connections import connection_limits, protocol_class, raise_fd_limit
 
 
 class JsonFormatter(logging.Formatter):
@@ -68,8 +68,8 @@ def _count(text: str) -> int:
     return value
 
 
-# Flags of both commands for the limits on client connections (server/connections.py); talos/cli.py passes the
-# same names through from `talos standalone`.
+# Flags of both commands for the limits on client connections (server/http/connections.py);
+# talos/cli/_servers.py passes the same names through from `talos standalone`.
 CONNECTION_FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--header-timeout", float, "seconds a request head may take to arrive, else 408 (10)"),
     ("--body-idle-timeout", float, "seconds a request body may send nothing, else 408 (30)"),

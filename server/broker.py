@@ -24,17 +24,18 @@ from server.coordination import ZkEpochSource
 from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore
 from server.errors import ApiError
-from server.executor import AffinityExecutor
-from server.forwarding import Forwarder
-from server.partition import LoadedPartition, as_api_error, load_producer_states
-from server.producer_ids import ProducerIds, StorageProducerIds
-from server.producers import ProducerStates
+from server.http.forwarding import Forwarder
+from server.partition.executor import AffinityExecutor
+from server.partition.loaded import LoadedPartition, as_api_error, load_producer_states
+from server.partition.producer_ids import ProducerIds, StorageProducerIds
+from server.partition.producers import ProducerStates
+from server.partition.tailcache import TailCache
 from server.security.guard import Security
 from server.security.store import SecurityStore
-from server.tailcache import TailCache
-from server.topics import INTERNAL_NAME, TOPIC_NAME, TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
-from server.usage import UsageMeter
-from server.usage_history import UsageHistory
+from server.topics import TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
+from server.usage.history import UsageHistory
+from server.usage.meter import UsageMeter
+from talos._names import INTERNAL_NAME, TOPIC_NAME
 
 __all__ = ["Broker", "NotOwnerError"]
 
@@ -62,7 +63,7 @@ class Broker:
         self._lock_fd: int | None = None
         if isinstance(self.fs, LocalFileSystem) and not config.clustered:
             self._lock_directory()
-        # Partition I/O: writes and reads on separate "min-heap with memory" pools (``server.executor``);
+        # Partition I/O: writes and reads on separate "min-heap with memory" pools (``server.partition.executor``);
         # everything else that blocks (metadata, ZooKeeper, the security document) on a plain pool.
         self.write_pool = AffinityExecutor(config.io_threads, "talos-write")
         self.read_pool = AffinityExecutor(config.read_threads, "talos-read")
@@ -84,6 +85,7 @@ class Broker:
         # Called after the ring moved partitions away or the session was lost: whatever else this server
         # serves by the ring (group coordination) lets go of what it no longer owns.
         self.ownership_listeners: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._remove_collector: Callable[[], None] = lambda: None
 
     @classmethod
     async def start(cls, config: ServerConfig) -> Broker:
@@ -102,7 +104,18 @@ class Broker:
         except BaseException:
             await broker.close()
             raise
+        broker._remove_collector = metrics.add_collector(broker._collect_metrics)
         return broker
+
+    def _collect_metrics(self) -> None:
+        """This server's state gauges on ``/metrics`` (``server.metrics`` calls it before each rendering)."""
+        loaded = self.loaded_partitions()
+        if self.cluster is not None:
+            metrics.ring_version(self.cluster.ring.version)
+        metrics.loaded(len(loaded), sum(p.flushes for p in loaded))
+        metrics.tail_cache(self.cache.used)
+        for name, pool in (("write", self.write_pool), ("read", self.read_pool)):
+            metrics.io_pool(name, pool.stats.tasks, pool.stats.queued_s, pool.stats.running_s, pool.queued())
 
     def _join_cluster(self) -> None:
         cluster = ClusterMember(self.config, on_ring=self._ring_changed, on_session_lost=self._session_lost)
@@ -361,6 +374,7 @@ class Broker:
 
     async def close(self) -> None:
         """Graceful stop: flush and seal every partition, then leave ZooKeeper (deregister)."""
+        self._remove_collector()
         await self._release_all()
         for task in list(self._background):
             task.cancel()

@@ -53,7 +53,7 @@ class ServerConfig:
     # /metrics with auth on: series by tenant, topic and partition for the admin token only ("admin"; anyone
     # else gets totals), or for anyone ("public": e.g. a Prometheus that cannot send a token).
     metrics_labels: str = "admin"
-    # Client connections (server/connections.py): a slow or stalled client is timed out, not waited for.
+    # Client connections (server/http/connections.py): a slow or stalled client is timed out, not waited for.
     header_timeout_s: float = 10.0  # a request head must arrive within this (else 408 and close)
     body_idle_timeout_s: float = 30.0  # a request body with no bytes for this long gets 408
     body_timeout_s: float = 120.0  # a request body must be complete within this

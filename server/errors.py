@@ -1,35 +1,41 @@
-"""API errors: one exception type, rendered as ``{"error": {"code", "message", "retriable"}}``."""
+"""API errors: one exception type, rendered as ``{"error": {"code", "message", "retriable"}}``.
+
+The type is the SDK's :class:`talos.ApiError` (one definition of status, code, message, retriable and
+details on both sides of the wire) plus the response headers only a server sends. Every room of the server
+may import this module; it imports only ``talos`` and ``fencing``."""
 
 from __future__ import annotations
+
+from typing import TypedDict, Unpack
 
 import orjson
 from starlette.responses import Response
 
+import talos
 from fencing import OffsetOutOfRangeError
 
 __all__ = ["ApiError", "error_body", "error_response", "out_of_range"]
 
 
-class ApiError(Exception):
-    """An error a client sees, with its HTTP status and a stable code."""
+class _Fields(TypedDict, total=False):
+    """The SDK error's keyword fields, passed through as they are."""
+
+    retriable: bool
+    details: dict[str, object] | None
+
+
+class ApiError(talos.ApiError):
+    """An error a client sees, with its HTTP status and a stable code, and the headers of its response."""
 
     def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        retriable: bool = False,
-        headers: dict[str, str] | None = None,
-        details: dict[str, object] | None = None,
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **fields: Unpack[_Fields]
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retriable = retriable
+        super().__init__(status, code, message, **fields)
         self.headers = headers or {}
-        self.details = details or {}
+
+    def __str__(self) -> str:
+        # The message alone, as the server has always logged it (the SDK's form prefixes status and code).
+        return self.message
 
 
 def out_of_range(error: OffsetOutOfRangeError) -> ApiError:

@@ -5,11 +5,11 @@ ring, fenced and forwarded like any topic, and any server can read what another 
 
 from __future__ import annotations
 
-from server import messages
 from server.broker import Broker
 from server.errors import ApiError
-from server.messages import BATCH_CONTENT_TYPE
-from server.reply import answer_of
+from server.http import messages
+from server.http.messages import BATCH_CONTENT_TYPE
+from server.http.reply import answer_of
 from server.topics import TopicConfig
 from talos import RecordData, decode_records, encode_batch, iter_batches
 

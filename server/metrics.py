@@ -2,22 +2,27 @@
 
 Series labelled by tenant, topic or partition name who uses the service: with auth on they are served
 only to the admin token unless ``metrics_labels = "public"``; anyone else gets each such metric summed over
-those labels (``render(labelled=False)``)."""
+those labels (``render(labelled=False)``).
+
+A registry that modules push into: counters are bumped where things happen; the gauges that describe a
+whole server's state (loaded partitions, tail cache, I/O pools, ring version) are set by collector callbacks
+that their owner registers with :func:`add_collector` and that run just before each rendering. This module
+imports no other module of the server (the import-direction test holds it to that)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from server.broker import Broker
-
 __all__ = [
     "CONTENT_TYPE",
+    "add_collector",
+    "io_pool",
+    "loaded",
     "denied",
     "fetched",
     "forwarded",
@@ -29,6 +34,8 @@ __all__ = [
     "throttled",
     "read_from",
     "render",
+    "ring_version",
+    "tail_cache",
     "took_over",
     "usage",
 ]
@@ -196,17 +203,45 @@ class _Totals(Collector):
 _TOTALS = _Totals()
 
 
-def render(broker: Broker, *, labelled: bool = True) -> bytes:
+# Called before each rendering to set the state gauges (see the module doc), in the order registered.
+_collectors: list[Callable[[], None]] = []
+
+
+def add_collector(collect: Callable[[], None]) -> Callable[[], None]:
+    """Run ``collect`` before each rendering; returns the function that removes it again."""
+    _collectors.append(collect)
+
+    def remove() -> None:
+        if collect in _collectors:
+            _collectors.remove(collect)
+
+    return remove
+
+
+def loaded(partitions: int, flushes: int) -> None:
+    """The partitions this server has loaded, and their flushes (syncs) since they were loaded."""
+    _partitions.set(partitions)
+    _flushes.set(flushes)
+
+
+def tail_cache(used: int) -> None:
+    _cache.set(used)
+
+
+def ring_version(version: int) -> None:
+    _ring_version.set(version)
+
+
+def io_pool(name: str, tasks: int, queued_s: float, running_s: float, queued: int) -> None:
+    """One storage task pool's counts (``write``, ``read``)."""
+    _pool_tasks.labels(name).set(tasks)
+    _pool_queued_s.labels(name).set(queued_s)
+    _pool_running_s.labels(name).set(running_s)
+    _pool_queued.labels(name).set(queued)
+
+
+def render(*, labelled: bool = True) -> bytes:
     """The exposition; ``labelled`` False: without tenant, topic and partition names (see the module doc)."""
-    loaded = broker.loaded_partitions()
-    if broker.cluster is not None:
-        _ring_version.set(broker.cluster.ring.version)
-    _partitions.set(len(loaded))
-    _cache.set(broker.cache.used)
-    _flushes.set(sum(p.flushes for p in loaded))
-    for name, pool in (("write", broker.write_pool), ("read", broker.read_pool)):
-        _pool_tasks.labels(name).set(pool.stats.tasks)
-        _pool_queued_s.labels(name).set(pool.stats.queued_s)
-        _pool_running_s.labels(name).set(pool.stats.running_s)
-        _pool_queued.labels(name).set(pool.queued())
+    for collect in list(_collectors):
+        collect()
     return bytes(generate_latest(REGISTRY if labelled else _TOTALS))

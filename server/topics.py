@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ import orjson
 
 from fencing import FileSystem
 from server.errors import ApiError
+from talos._names import topic_name_problem
 
 __all__ = [
     "MAX_PARTITIONS",
@@ -33,8 +33,6 @@ __all__ = [
     "validate_topic_name",
 ]
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
-INTERNAL_NAME = re.compile(r"^__[A-Za-z0-9][A-Za-z0-9._-]{0,246}$")
 MAX_PARTITIONS = 4096
 # Internal topics that clients may create through the public API: none any more (connector checkpoints go
 # through /v1/connectors/{name}/offsets). The servers create their topics on first use.
@@ -43,15 +41,12 @@ _META = "_topic"
 
 
 def validate_topic_name(name: str, *, internal_ok: bool = False) -> str:
-    """Topic names become directory names: letters, digits, '.', '_', '-'; no leading dot; '__' is internal."""
-    if (internal_ok and INTERNAL_NAME.match(name)) or name in CLIENT_INTERNAL_TOPICS:
+    """The name, or 400 INVALID_TOPIC_NAME by the SDK's rule (``talos._names``); '__' names are internal."""
+    if name in CLIENT_INTERNAL_TOPICS:
         return name
-    if not TOPIC_NAME.match(name):
-        raise ApiError(
-            400,
-            "INVALID_TOPIC_NAME",
-            f"invalid topic name {name[:300]!r}: 1-249 characters of A-Z a-z 0-9 . _ -, not starting with . _ -",
-        )
+    problem = topic_name_problem(name, internal_ok=internal_ok)
+    if problem is not None:
+        raise ApiError(400, "INVALID_TOPIC_NAME", problem)
     return name
 
 

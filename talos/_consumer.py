@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import orjson
@@ -48,7 +48,8 @@ from talos._group import (
     retry_problem,
     retry_record,
 )
-from talos._routing import RouteTable, refresh, refresh_async
+from talos._routing import RouteTable, refresh_steps
+from talos._steps import Request, Steps, http, pause, run, run_async
 from talos._transport import (
     AiohttpTransport,
     AsyncTransport,
@@ -463,6 +464,137 @@ def _log_changes(group: str, changes: Changes) -> None:
         log.info("group %s: assigned %s", group, changes.assigned)
 
 
+class _Waker(Protocol):
+    def set(self) -> None: ...
+
+
+class _Client(Protocol):
+    """What the steps below use of either consumer."""
+
+    _routes: RouteTable
+    _state: _State
+    _timeout: float
+    _max_bytes: int
+
+    @property
+    def _wake(self) -> _Waker: ...  # a threading or an asyncio Event: the heartbeat's alarm
+
+
+def _partitions_of(client: _Client, topics: list[str]) -> Steps[list[TopicPartition]]:
+    """Every partition of ``topics`` (explicit mode: no group assigns them)."""
+    out: list[TopicPartition] = []
+    for topic in topics:
+        yield from refresh_steps(client._routes, topic, strict=True)
+        out += [(topic, p) for p in range(client._routes.partitions[topic])]
+    return out
+
+
+def _call(client: _Client, call: GroupCall) -> Steps[Any]:
+    try:
+        return check((yield from http(Request(**_group_request(client._routes, call, client._timeout))))).json()
+    except TransportError:
+        client._routes.rotate()  # the next call asks another server
+        raise
+
+
+def _beat(client: _Client, *, first: bool = False) -> Steps[None]:
+    membership = client._state.group()
+    sent = time.monotonic()
+    try:
+        membership.apply((yield from _call(client, membership.next_call(sent))), sent)
+    except TalosError as exc:
+        if client._state.beat_failed(exc, first=first):
+            client._wake.set()
+    membership.expire(time.monotonic())
+
+
+def _rebalance(client: _Client) -> Steps[None]:
+    """Act on what the heartbeats learned: revoke (commit, callback, release), start what was assigned."""
+    state = client._state
+    changes = state.take_changes()
+    if changes is None:
+        return
+    if changes.revoked:
+        if state.auto_commit:
+            yield from _commit_quietly(client, changes.revoked)
+        state.revoke(changes.revoked)
+        client._wake.set()  # tell the coordinator now: the new holder starts sooner
+    if changes.assigned:
+        state.assign(changes.assigned, (yield from _call(client, state.group().offsets_call())))
+
+
+def _commit(
+    client: _Client, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
+) -> Steps[None]:
+    call, positions = client._state.commit_call(offsets, tps)
+    if call is None:
+        return
+    try:
+        yield from _call(client, call)
+    except ConflictError as exc:
+        raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
+    client._state.committed.update(positions)
+
+
+def _commit_quietly(client: _Client, tps: Iterable[TopicPartition] | None = None) -> Steps[None]:
+    try:
+        yield from _commit(client, None, tps)
+    except TalosError as exc:
+        log.warning("auto-commit failed: %s", exc)
+
+
+def _retry(client: _Client, message: Message, delay: float, reason: str) -> Steps[str]:
+    topic, request = client._state.retry_request(client._routes, message, delay, reason, client._timeout)
+    check((yield from http(Request(**request))))
+    return topic
+
+
+def _position(client: _Client, topic: str, partition: int) -> Steps[int]:
+    positions = client._state.positions
+    key = (topic, partition)
+    if key not in positions.next:
+        request = Request("GET", **_offsets_request(client._routes, topic, partition, client._timeout))
+        positions.next[key] = positions.initial(check((yield from http(request))).json())  # type: ignore[arg-type]
+    return positions.next[key]
+
+
+def _fetch(client: _Client, topic: str, partition: int, wait_ms: int) -> Steps[list[Message]]:
+    try:
+        offset = yield from _position(client, topic, partition)
+        yield from refresh_steps(client._routes, topic)
+        request = _fetch_request(client._routes, topic, partition, offset, client._max_bytes, wait_ms, client._timeout)
+        answer = yield from http(Request("GET", **request))
+        return client._state.positions.take(topic, partition, offset, answer)
+    except (UnavailableError, QuotaExceededError, TransportError) as error:
+        yield from pause(_unavailable(client._routes, topic, partition, error))
+        return []
+
+
+def _hand_out(client: _Client, max_messages: int, *, mark: bool) -> Steps[list[Message]]:
+    """What ``poll`` returns; the messages that ran out of retries go to the dead-letter topic first."""
+    state = client._state
+    out = state.hand_out(max_messages, mark=mark)
+    for message, reason in state.take_dead_letters():
+        request = state.dead_letter_request(client._routes, message, reason, client._timeout)
+        try:
+            check((yield from http(Request(**request))))
+        except TalosError as exc:  # poll never fails on a record someone else wrote
+            state.dead_lettered(message, reason, exc)
+        else:
+            state.dead_lettered(message, reason, None)
+    return out
+
+
+def _leave(membership: Membership, client: _Client) -> Steps[None]:
+    """Leave the group, so its partitions move at once (else they move when the session expires)."""
+    leave = membership.leave_call()
+    if leave is not None:
+        try:
+            yield from _call(client, leave)
+        except TalosError as exc:
+            log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
+
+
 class Consumer:
     """Read topics (all their partitions), explicit ``(topic, partition)`` pairs, or as a group member.
 
@@ -522,9 +654,7 @@ class Consumer:
         self._wait_ms = wait_ms
         self._timeout = request_timeout_s
         if membership is None:
-            for topic in topic_list:
-                refresh(self._routes, self._transport, topic, strict=True)
-                assigned += [(topic, p) for p in range(self._routes.partitions[topic])]
+            assigned += run(_partitions_of(self, topic_list), self._transport)
         self._state = _State(
             start=start,
             partitions=assigned,
@@ -548,22 +678,8 @@ class Consumer:
 
     # ---------------------------------------------------------------- group membership
 
-    def _call(self, call: GroupCall) -> Any:
-        try:
-            return check(self._transport.request(**_group_request(self._routes, call, self._timeout))).json()
-        except TransportError:
-            self._routes.rotate()  # the next call asks another server
-            raise
-
     def _beat(self, *, first: bool = False) -> None:
-        membership = self._state.group()
-        sent = time.monotonic()
-        try:
-            membership.apply(self._call(membership.next_call(sent)), sent)
-        except TalosError as exc:
-            if self._state.beat_failed(exc, first=first):
-                self._wake.set()
-        membership.expire(time.monotonic())
+        run(_beat(self, first=first), self._transport)
 
     def _heartbeat_loop(self) -> None:
         membership = self._state.membership
@@ -574,51 +690,17 @@ class Consumer:
             if not self._closed:
                 self._beat()
 
-    def _rebalance(self) -> None:
-        """Act on what the heartbeats learned: revoke (commit, callback, release), start what was assigned."""
-        state = self._state
-        changes = state.take_changes()
-        if changes is None:
-            return
-        if changes.revoked:
-            if state.auto_commit:
-                self._commit_quietly(changes.revoked)
-            state.revoke(changes.revoked)
-            self._wake.set()  # tell the coordinator now: the new holder starts sooner
-        if changes.assigned:
-            state.assign(changes.assigned, self._call(state.group().offsets_call()))
-
     def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit what ``poll`` handed out (or ``offsets``: partition → next offset to read).
 
         Raises :class:`CommitFailedError` if this member no longer holds a partition (revoked, or its lock
         expired): those messages will be delivered again to the partition's next holder."""
-        self._commit(offsets)
-
-    def _commit(
-        self, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
-    ) -> None:
-        call, positions = self._state.commit_call(offsets, tps)
-        if call is None:
-            return
-        try:
-            self._call(call)
-        except ConflictError as exc:
-            raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
-        self._state.committed.update(positions)
-
-    def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
-        try:
-            self._commit(None, tps)
-        except TalosError as exc:
-            log.warning("auto-commit failed: %s", exc)
+        run(_commit(self, offsets), self._transport)
 
     def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
         """Redeliver ``message`` to this group after ``delay`` seconds (through the group's retry topic);
         after ``max_retries`` retries it goes to the dead-letter topic instead. Returns the topic used."""
-        topic, request = self._state.retry_request(self._routes, message, delay, reason, self._timeout)
-        check(self._transport.request(**request))
-        return topic
+        return run(_retry(self, message, delay, reason), self._transport)
 
     # ---------------------------------------------------------------- positions
 
@@ -627,11 +709,7 @@ class Consumer:
         return self._state.assignment(time.monotonic())
 
     def position(self, topic: str, partition: int) -> int:
-        key = (topic, partition)
-        if key not in self._state.positions.next:
-            answer = self._transport.request("GET", **_offsets_request(self._routes, topic, partition, self._timeout))
-            self._state.positions.next[key] = self._state.positions.initial(check(answer).json())  # type: ignore[arg-type]
-        return self._state.positions.next[key]
+        return run(_position(self, topic, partition), self._transport)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         self._state.seek((topic, partition), offset)
@@ -651,14 +729,7 @@ class Consumer:
     # ---------------------------------------------------------------- fetching
 
     def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        try:
-            offset = self.position(topic, partition)
-            refresh(self._routes, self._transport, topic)
-            request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
-            return self._state.positions.take(topic, partition, offset, self._transport.request("GET", **request))
-        except (UnavailableError, QuotaExceededError, TransportError) as error:
-            time.sleep(_unavailable(self._routes, topic, partition, error))
-            return []
+        return run(_fetch(self, topic, partition, wait_ms), self._transport)
 
     def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         """Messages from any assigned partition, waiting up to ``timeout`` seconds for some to arrive."""
@@ -667,8 +738,8 @@ class Consumer:
     def _poll(self, timeout: float, max_messages: int, *, mark: bool) -> list[Message]:
         state = self._state
         if state.commit_due():
-            self._commit_quietly()
-        self._rebalance()
+            run(_commit_quietly(self), self._transport)
+        run(_rebalance(self), self._transport)
         deadline = time.monotonic() + timeout
         while not state.buffer:
             now = time.monotonic()
@@ -689,19 +760,10 @@ class Consumer:
                     if future in done:
                         del self._inflight[key]
                         state.received(key, future.result())
-            self._rebalance()
+            run(_rebalance(self), self._transport)
             if state.buffer or time.monotonic() >= deadline:
                 break
-        out = state.hand_out(max_messages, mark=mark)
-        for message, reason in state.take_dead_letters():
-            request = state.dead_letter_request(self._routes, message, reason, self._timeout)
-            try:
-                check(self._transport.request(**request))
-            except TalosError as exc:  # poll never fails on a record someone else wrote
-                state.dead_lettered(message, reason, exc)
-            else:
-                state.dead_lettered(message, reason, None)
-        return out
+        return run(_hand_out(self, max_messages, mark=mark), self._transport)
 
     def __iter__(self) -> Iterator[Message]:
         # Checked per message: a partition revoked or expired while the loop body ran is not handed out.
@@ -717,17 +779,12 @@ class Consumer:
         membership = self._state.membership
         if membership is not None:
             if self._state.auto_commit:
-                self._commit_quietly()
+                run(_commit_quietly(self), self._transport)
             self._closed = True
             self._wake.set()
             if self._heartbeats is not None:
                 self._heartbeats.join(timeout=self._timeout)
-            leave = membership.leave_call()
-            if leave is not None:
-                try:
-                    self._call(leave)
-                except TalosError as exc:
-                    log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
+            run(_leave(membership, self), self._transport)
         self._closed = True
         self._pool.shutdown(wait=True)  # in-flight long polls end within wait_ms
         self._transport.close()
@@ -805,31 +862,15 @@ class AsyncConsumer:
             return
         self._started = True
         if self._state.membership is None:
-            for topic in self._topics:
-                await refresh_async(self._routes, self._transport, topic, strict=True)
-                self._state.static += [(topic, p) for p in range(self._routes.partitions[topic])]
+            self._state.static += await run_async(_partitions_of(self, self._topics), self._transport)
             return
         await self._beat(first=True)
         self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
 
     # ---------------------------------------------------------------- group membership
 
-    async def _call(self, call: GroupCall) -> Any:
-        try:
-            return check(await self._transport.request(**_group_request(self._routes, call, self._timeout))).json()
-        except TransportError:
-            self._routes.rotate()
-            raise
-
     async def _beat(self, *, first: bool = False) -> None:
-        membership = self._state.group()
-        sent = time.monotonic()
-        try:
-            membership.apply(await self._call(membership.next_call(sent)), sent)
-        except TalosError as exc:
-            if self._state.beat_failed(exc, first=first):
-                self._wake.set()
-        membership.expire(time.monotonic())
+        await run_async(_beat(self, first=first), self._transport)
 
     async def _heartbeat_loop(self) -> None:
         membership = self._state.membership
@@ -841,46 +882,13 @@ class AsyncConsumer:
             if not self._closed:
                 await self._beat()
 
-    async def _rebalance(self) -> None:
-        state = self._state
-        changes = state.take_changes()
-        if changes is None:
-            return
-        if changes.revoked:
-            if state.auto_commit:
-                await self._commit_quietly(changes.revoked)
-            state.revoke(changes.revoked)
-            self._wake.set()
-        if changes.assigned:
-            state.assign(changes.assigned, await self._call(state.group().offsets_call()))
-
     async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """See :meth:`Consumer.commit`."""
-        await self._commit(offsets)
-
-    async def _commit(
-        self, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
-    ) -> None:
-        call, positions = self._state.commit_call(offsets, tps)
-        if call is None:
-            return
-        try:
-            await self._call(call)
-        except ConflictError as exc:
-            raise CommitFailedError(exc.status, exc.code, exc.message, details=exc.details) from exc
-        self._state.committed.update(positions)
-
-    async def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
-        try:
-            await self._commit(None, tps)
-        except TalosError as exc:
-            log.warning("auto-commit failed: %s", exc)
+        await run_async(_commit(self, offsets), self._transport)
 
     async def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
         """See :meth:`Consumer.retry`."""
-        topic, request = self._state.retry_request(self._routes, message, delay, reason, self._timeout)
-        check(await self._transport.request(**request))
-        return topic
+        return await run_async(_retry(self, message, delay, reason), self._transport)
 
     # ---------------------------------------------------------------- positions
 
@@ -889,12 +897,7 @@ class AsyncConsumer:
         return self._state.assignment(time.monotonic())
 
     async def position(self, topic: str, partition: int) -> int:
-        key = (topic, partition)
-        if key not in self._state.positions.next:
-            request = _offsets_request(self._routes, topic, partition, self._timeout)
-            answer = await self._transport.request("GET", **request)
-            self._state.positions.next[key] = self._state.positions.initial(check(answer).json())  # type: ignore[arg-type]
-        return self._state.positions.next[key]
+        return await run_async(_position(self, topic, partition), self._transport)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         self._state.seek((topic, partition), offset)
@@ -907,15 +910,7 @@ class AsyncConsumer:
     # ---------------------------------------------------------------- fetching
 
     async def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        try:
-            offset = await self.position(topic, partition)
-            await refresh_async(self._routes, self._transport, topic)
-            request = _fetch_request(self._routes, topic, partition, offset, self._max_bytes, wait_ms, self._timeout)
-            answer = await self._transport.request("GET", **request)
-            return self._state.positions.take(topic, partition, offset, answer)
-        except (UnavailableError, QuotaExceededError, TransportError) as error:
-            await asyncio.sleep(_unavailable(self._routes, topic, partition, error))
-            return []
+        return await run_async(_fetch(self, topic, partition, wait_ms), self._transport)
 
     async def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         return await self._poll(timeout, max_messages, mark=True)
@@ -924,8 +919,8 @@ class AsyncConsumer:
         await self._start()
         state = self._state
         if state.commit_due():
-            await self._commit_quietly()
-        await self._rebalance()
+            await run_async(_commit_quietly(self), self._transport)
+        await run_async(_rebalance(self), self._transport)
         deadline = time.monotonic() + timeout
         loop = asyncio.get_running_loop()
         while not state.buffer:
@@ -945,19 +940,10 @@ class AsyncConsumer:
                     if task in done:
                         del self._inflight[key]
                         state.received(key, task.result())
-            await self._rebalance()
+            await run_async(_rebalance(self), self._transport)
             if state.buffer or time.monotonic() >= deadline:
                 break
-        out = state.hand_out(max_messages, mark=mark)
-        for message, reason in state.take_dead_letters():
-            request = state.dead_letter_request(self._routes, message, reason, self._timeout)
-            try:
-                check(await self._transport.request(**request))
-            except TalosError as exc:  # poll never fails on a record someone else wrote
-                state.dead_lettered(message, reason, exc)
-            else:
-                state.dead_lettered(message, reason, None)
-        return out
+        return await run_async(_hand_out(self, max_messages, mark=mark), self._transport)
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         while not self._closed:
@@ -971,17 +957,12 @@ class AsyncConsumer:
         membership = self._state.membership
         if membership is not None and self._started:
             if self._state.auto_commit:
-                await self._commit_quietly()
+                await run_async(_commit_quietly(self), self._transport)
             self._closed = True
             if self._heartbeats is not None:
                 self._heartbeats.cancel()
                 await asyncio.gather(self._heartbeats, return_exceptions=True)
-            leave = membership.leave_call()
-            if leave is not None:
-                try:
-                    await self._call(leave)
-                except TalosError as exc:
-                    log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
+            await run_async(_leave(membership, self), self._transport)
         self._closed = True
         for task in self._inflight.values():
             task.cancel()

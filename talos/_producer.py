@@ -24,7 +24,8 @@ from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
 from talos._codec import RecordData, encode_batch
 from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
-from talos._routing import RouteTable, refresh, refresh_async
+from talos._routing import RouteTable, refresh_steps
+from talos._steps import Request, Steps, http, pause, run, run_async
 from talos._transport import (
     AiohttpTransport,
     AsyncTransport,
@@ -111,6 +112,8 @@ class _SenderSettings(Protocol):
     url: str
     _routes: RouteTable
     _idempotence: Idempotence | None
+    _epoch_lock: contextlib.AbstractContextManager[Any]
+    _partitions: dict[str, int]
     _params: dict[str, str]
     _windows: dict[tuple[str, int], PartitionWindow]
     _backoff_s: float
@@ -169,6 +172,78 @@ def _result(response: Response) -> tuple[int, int, int, int]:
     return base, base + count, int(result.get("durable_offset", 0)), int(result.get("session", 0))
 
 
+def _register(url: str, producer_id: int | None) -> Steps[Idempotence]:
+    """Ask for a producer id (or a new epoch of ``producer_id``): the start of an idempotent producer."""
+    answer = check((yield from http(Request("POST", **_init_request(url, producer_id))))).json()
+    return Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
+
+
+def _new_epoch(producer: _SenderSettings) -> Steps[None]:
+    idempotence = producer._idempotence
+    assert idempotence is not None
+    with producer._epoch_lock:  # the blocking producer's sender threads: one asks, the others see it done
+        if idempotence.stale:
+            request = Request("POST", **_init_request(producer.url, idempotence.producer_id))
+            idempotence.restart(check((yield from http(request))).json()["producer_epoch"])  # type: ignore[index]
+
+
+def _partition_count(producer: _SenderSettings, topic: str) -> Steps[int]:
+    count = producer._partitions.get(topic)
+    if count is None:
+        yield from refresh_steps(producer._routes, topic, strict=True)
+        count = producer._routes.partitions[topic]
+        producer._partitions[topic] = count
+    return count
+
+
+def _deliver(
+    producer: _SenderSettings, window: PartitionWindow | None, queue: list[PendingBatch[Any]]
+) -> Steps[BaseException | None]:
+    """Send the batches in order, each retried until answered. With a window (acks="accepted") a batch
+    is answered once durable; a changed session puts what was lost back at the front of the queue.
+    Returns the last batch's error (None: stored)."""
+    error: BaseException | None = None
+    while queue:
+        batch = queue[0]
+        error = None
+        result = (0, 0, 0, 0)
+        try:
+            yield from refresh_steps(producer._routes, batch.topic)
+            if producer._idempotence is not None and producer._idempotence.stale:
+                yield from _new_epoch(producer)
+            result = _result((yield from http(Request("POST", **_produce_request(producer, batch)))))
+        except Exception as exc:
+            error = exc
+        delay = _after_attempt(producer, window, queue, result, error)
+        if delay:
+            yield from pause(delay)  # the partition stays busy meanwhile: order holds
+    return error
+
+
+def _poll_checkpoint(producer: _SenderSettings, topic: str, partition: int, window: PartitionWindow) -> Steps[None]:
+    """Ask the owner how far the window's partition is durable: confirm what is, resend what a reload lost."""
+    if window.empty or window.session is None:
+        return
+    base, route_headers = producer._routes.target(topic, partition)
+    params: dict[str, str | int] = {"session": window.session}
+    request = Request("GET", _offsets_url(base, topic, partition), params=params, headers=route_headers)
+    try:
+        answer = check((yield from http(request)))
+    except TalosError as exc:
+        producer._routes.learn(topic, partition, exc)
+        yield from pause(0.2)
+        return
+    state = answer.json()
+    assert isinstance(state, dict)
+    if int(state["session"]) == window.session:
+        _confirm(window.advance(int(state["latest"])))
+        return
+    confirmed, resend = window.moved(int(state["session"]), int(state["session_end"]))
+    _confirm(confirmed)
+    if resend and (error := (yield from _deliver(producer, window, resend))) is not None:
+        log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
+
+
 class Producer:
     """Send records to topics; everything is batched and sent in the background.
 
@@ -214,8 +289,7 @@ class Producer:
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._idempotence: Idempotence | None = None
         if idempotent or producer_id is not None:
-            answer = check(self._transport.request("POST", **_init_request(self.url, producer_id))).json()
-            self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
+            self._idempotence = run(_register(self.url, producer_id), self._transport)
         self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
         # acks="accepted": Swift's window per partition (what was accepted, until it is durable)
@@ -228,6 +302,7 @@ class Producer:
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
         self._cond = threading.Condition()
+        self._epoch_lock: contextlib.AbstractContextManager[Any] = self._cond
         self._flushing = 0
         self._closed = False
         self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="talos-send")
@@ -239,25 +314,7 @@ class Producer:
             return self._windows.setdefault((topic, partition), PartitionWindow())
 
     def _deliver(self, window: PartitionWindow | None, queue: list[PendingBatch[None]]) -> BaseException | None:
-        """Send the batches in order, each retried until answered. With a window (acks="accepted") a batch
-        is answered once durable; a changed session puts what was lost back at the front of the queue.
-        Returns the last batch's error (None: stored)."""
-        error: BaseException | None = None
-        while queue:
-            batch = queue[0]
-            error = None
-            result = (0, 0, 0, 0)
-            try:
-                refresh(self._routes, self._transport, batch.topic)
-                if self._idempotence is not None and self._idempotence.stale:
-                    self._new_epoch()
-                result = _result(self._transport.request("POST", **_produce_request(self, batch)))
-            except Exception as exc:
-                error = exc
-            delay = _after_attempt(self, window, queue, result, error)
-            if delay:
-                time.sleep(delay)  # the partition stays busy meanwhile: order holds
-        return error
+        return run(_deliver(self, window, queue), self._transport)
 
     def wait_durable(self, timeout: float | None = None) -> None:
         """Block until every record sent so far is durable (Swift's ``waitFinish``): after :meth:`flush`,
@@ -272,53 +329,13 @@ class Producer:
                 return
             for (topic, partition), window in pending:
                 with window.lock:
-                    self._poll_checkpoint(topic, partition, window)
+                    run(_poll_checkpoint(self, topic, partition, window), self._transport)
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("wait_durable timed out")
             time.sleep(0.01)
 
-    def _poll_checkpoint(self, topic: str, partition: int, window: PartitionWindow) -> None:
-        if window.empty or window.session is None:
-            return
-        base, route_headers = self._routes.target(topic, partition)
-        try:
-            answer = check(
-                self._transport.request(
-                    "GET",
-                    _offsets_url(base, topic, partition),
-                    params={"session": window.session},
-                    headers=route_headers,
-                )
-            ).json()
-        except TalosError as exc:
-            self._routes.learn(topic, partition, exc)
-            time.sleep(0.2)
-            return
-        assert isinstance(answer, dict)
-        if int(answer["session"]) == window.session:
-            _confirm(window.advance(int(answer["latest"])))
-            return
-        confirmed, resend = window.moved(int(answer["session"]), int(answer["session_end"]))
-        _confirm(confirmed)
-        error = self._deliver(window, resend) if resend else None
-        if error is not None:
-            log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
-
-    def _new_epoch(self) -> None:
-        assert self._idempotence is not None
-        with self._cond:
-            if self._idempotence.stale:
-                request = _init_request(self.url, self._idempotence.producer_id)
-                answer = check(self._transport.request("POST", **request)).json()
-                self._idempotence.restart(answer["producer_epoch"])  # type: ignore[index]
-
     def partitions_for(self, topic: str) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
-            refresh(self._routes, self._transport, topic, strict=True)
-            count = self._routes.partitions[topic]
-            self._partitions[topic] = count
-        return count
+        return run(_partition_count(self, topic), self._transport)
 
     def send(
         self,
@@ -500,6 +517,9 @@ class AsyncProducer:
         self._idempotent = idempotent or producer_id is not None
         self._producer_id = producer_id
         self._idempotence: Idempotence | None = None
+        self._epoch_lock: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext()
+        )  # one task runs the steps at a time: nothing to guard
         self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
             batch_bytes=batch_bytes, linger_s=linger_ms / 1000
         )
@@ -520,12 +540,7 @@ class AsyncProducer:
         self._runner: asyncio.Task[None] | None = None
 
     async def partitions_for(self, topic: str) -> int:
-        count = self._partitions.get(topic)
-        if count is None:
-            await refresh_async(self._routes, self._transport, topic, strict=True)
-            count = self._routes.partitions[topic]
-            self._partitions[topic] = count
-        return count
+        return await run_async(_partition_count(self, topic), self._transport)
 
     async def send(
         self,
@@ -543,8 +558,7 @@ class AsyncProducer:
         record = _record(value, key, headers, timestamp)
         count = await self.partitions_for(topic)
         if self._idempotent and self._idempotence is None:
-            answer = check(await self._transport.request("POST", **_init_request(self.url, self._producer_id))).json()
-            self._idempotence = Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
+            self._idempotence = await run_async(_register(self.url, self._producer_id), self._transport)
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         chosen = choose_partition(record.key, partition, count, self._sticky, topic)
         self._acc.add(topic, chosen, record, time.monotonic()).futures.append(future)
@@ -577,25 +591,7 @@ class AsyncProducer:
     async def _deliver(
         self, window: PartitionWindow | None, queue: list[PendingBatch[asyncio.Future[RecordMetadata]]]
     ) -> BaseException | None:
-        """The asyncio twin of :meth:`Producer._deliver`."""
-        error: BaseException | None = None
-        while queue:
-            batch = queue[0]
-            error = None
-            result = (0, 0, 0, 0)
-            try:
-                await refresh_async(self._routes, self._transport, batch.topic)
-                if self._idempotence is not None and self._idempotence.stale:
-                    request = _init_request(self.url, self._idempotence.producer_id)
-                    answer = await self._transport.request("POST", **request)
-                    self._idempotence.restart(check(answer).json()["producer_epoch"])  # type: ignore[index]
-                result = _result(await self._transport.request("POST", **_produce_request(self, batch)))
-            except Exception as exc:
-                error = exc
-            delay = _after_attempt(self, window, queue, result, error)
-            if delay:
-                await asyncio.sleep(delay)  # the partition stays busy: order holds
-        return error
+        return await run_async(_deliver(self, window, queue), self._transport)
 
     async def wait_durable(self, timeout: float | None = None) -> None:
         """The asyncio twin of :meth:`Producer.wait_durable`."""
@@ -607,33 +603,10 @@ class AsyncProducer:
                 return
             for (topic, partition), window in pending:
                 async with self._window_locks.setdefault((topic, partition), asyncio.Lock()):
-                    await self._poll_checkpoint(topic, partition, window)
+                    await run_async(_poll_checkpoint(self, topic, partition, window), self._transport)
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("wait_durable timed out")
             await asyncio.sleep(0.01)
-
-    async def _poll_checkpoint(self, topic: str, partition: int, window: PartitionWindow) -> None:
-        if window.empty or window.session is None:
-            return
-        base, route_headers = self._routes.target(topic, partition)
-        url = _offsets_url(base, topic, partition)
-        try:
-            response = await self._transport.request(
-                "GET", url, params={"session": window.session}, headers=route_headers
-            )
-            answer = check(response).json()
-        except TalosError as exc:
-            self._routes.learn(topic, partition, exc)
-            await asyncio.sleep(0.2)
-            return
-        assert isinstance(answer, dict)
-        if int(answer["session"]) == window.session:
-            _confirm(window.advance(int(answer["latest"])))
-            return
-        confirmed, resend = window.moved(int(answer["session"]), int(answer["session_end"]))
-        _confirm(confirmed)
-        if resend and (error := await self._deliver(window, resend)) is not None:
-            log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
 
     async def __aenter__(self) -> AsyncProducer:
         return self

@@ -7,7 +7,8 @@ up again (at most once per ``refresh_interval_s``). When the owner is unknown th
 entry point, which forwards it: the bootstrap URL, or after it failed a lookup, another server the
 routes named. A standalone server owns everything: the table is not used at all.
 
-The table is pure state; the producer and consumer twins do the I/O with their own transports.
+The table is pure state; :func:`refresh_steps` is the lookup as steps (``talos._steps``), which the producer
+and consumer run with their own transports.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import time
 from collections.abc import Mapping
 
 from talos._errors import MisdirectedError, TalosError, TransportError, UnavailableError
+from talos._steps import Request, Steps, http, run, run_async
 from talos._transport import AsyncTransport, Transport, check
 
-__all__ = ["DIRECT", "RouteTable", "refresh", "refresh_async"]
+__all__ = ["DIRECT", "RouteTable", "refresh", "refresh_async", "refresh_steps"]
 
 DIRECT = {"x-talos-route": "direct"}
 
@@ -110,27 +112,23 @@ class RouteTable:
         return False
 
 
-def refresh(table: RouteTable, transport: Transport, topic: str, *, strict: bool = False) -> None:
+def refresh_steps(table: RouteTable, topic: str, *, strict: bool = False) -> Steps[None]:
     """Look the topic's routes up if they are missing or stale. ``strict``: raise a failed lookup's error
     (else the bootstrap URL is used until the next try)."""
     if not strict and not table.needs_refresh(topic):
         return
     try:
-        table.update(topic, check(transport.request("GET", table.lookup_url, params={"topic": topic})).json())
-    except TalosError:
-        table.lookup_failed(topic)
-        if strict:
-            raise
-
-
-async def refresh_async(table: RouteTable, transport: AsyncTransport, topic: str, *, strict: bool = False) -> None:
-    """:func:`refresh` for the asyncio twins."""
-    if not strict and not table.needs_refresh(topic):
-        return
-    try:
-        answer = await transport.request("GET", table.lookup_url, params={"topic": topic})
+        answer = yield from http(Request("GET", table.lookup_url, params={"topic": topic}))
         table.update(topic, check(answer).json())
     except TalosError:
         table.lookup_failed(topic)
         if strict:
             raise
+
+
+def refresh(table: RouteTable, transport: Transport, topic: str, *, strict: bool = False) -> None:
+    run(refresh_steps(table, topic, strict=strict), transport)
+
+
+async def refresh_async(table: RouteTable, transport: AsyncTransport, topic: str, *, strict: bool = False) -> None:
+    await run_async(refresh_steps(table, topic, strict=strict), transport)

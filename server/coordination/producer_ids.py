@@ -14,7 +14,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from server.coordination import paths
 from server.errors import ApiError
-from server.producer_ids import UNKNOWN, OwnerCache, new_producer_id, unknown_producer
+from server.partition.producer_ids import UNKNOWN, OwnerCache, new_producer_id, unknown_producer
 
 __all__ = ["ZkProducerIds"]
 

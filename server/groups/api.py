@@ -18,10 +18,10 @@ from starlette.responses import Response
 
 from server.broker import Broker
 from server.errors import ApiError
-from server.fastpath import read_body
 from server.groups.coordinator import GroupCoordinator, validate_group_name
-from server.messages import INT64_MAX
-from server.reply import as_response, json_response
+from server.http.fastpath import read_body
+from server.http.messages import INT64_MAX
+from server.http.reply import as_response, json_response
 from server.security.state import unknown_group
 from server.topics import MAX_PARTITIONS
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from server import internal_topics, messages, metrics
+from server import internal_topics, metrics
 from server.broker import Broker
 from server.cluster import Owner
 from server.errors import ApiError
@@ -32,8 +32,9 @@ from server.groups.offsets import (
     snapshot_record,
 )
 from server.groups.state import BROADCAST, EXCLUSIVE, GroupState, Member, OffsetKey, tp_json
+from server.http import messages
+from server.http.reply import answer_of
 from server.partition_quota import check_partition_quota
-from server.reply import answer_of
 from server.topics import TopicConfig
 
 __all__ = ["DEAD_LETTER_PREFIX", "GROUP_NAME", "RETRY_PREFIX", "GroupCoordinator", "validate_group_name"]

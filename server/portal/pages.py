@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from metering.quota_model import RESOURCES, format_amount
 from server.broker import Broker
 from server.errors import ApiError
-from server.fastpath import read_body
+from server.http.fastpath import read_body
 from server.portal.charts import line_chart
 from server.portal.headers import PAGE_POLICY
 from server.portal.session import COOKIE, LIFETIME_MS, Session, SessionSigner

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from server.broker import Broker
 from server.errors import ApiError
-from server.reply import json_response
+from server.http.reply import json_response
 from server.security import audit
 from server.security.access import ANONYMOUS, Principal
 from server.security.guard import unauthenticated
@@ -30,7 +30,7 @@ router = APIRouter(prefix="/v1")
 
 
 def principal(request: Request) -> Principal:
-    """Who the edge (``server.fastpath``) authenticated; with auth off, anyone is the admin."""
+    """Who the edge (``server.http.fastpath``) authenticated; with auth off, anyone is the admin."""
     found = getattr(request.state, "principal", None)
     if isinstance(found, Principal):
         return found

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.errors import ApiError
-from server.messages import _messages_json, batch_spans
+from server.http.messages import _messages_json, batch_spans
 from talos import HEADER_SIZE, BatchError, RecordData, encode_batch, set_base_offset, validate_batch
 from talos._codec import crc32c
 from talos._consumer import _decode

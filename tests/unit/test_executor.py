@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.executor import AffinityExecutor
+from server.partition.executor import AffinityExecutor
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from server.errors import ApiError
-from server.producers import RETAINED_BATCHES, Append, Duplicate, ProducerStates
+from server.partition.producers import RETAINED_BATCHES, Append, Duplicate, ProducerStates
 from talos import BatchHeader, RecordData, encode_batch, read_header
 from talos._accumulator import PendingBatch
 from talos._producer import Idempotence

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from server.readiness import StorageCheck
+from server.http.readiness import StorageCheck
 
 
 def test_a_hanging_check_times_out_runs_once_and_recovers() -> None:

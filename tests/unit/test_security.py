@@ -26,8 +26,8 @@ from server.security.state import (
 )
 from server.security.tokens import hash_secret, new_token, parse_token, verify
 from server.security.trim import trim_to_allowance
-from server.usage import Usage
-from server.usage_history import UsageHistory
+from server.usage.history import UsageHistory
+from server.usage.meter import Usage
 from talos import RecordData, decode_records, encode_batch, read_header
 
 # ---------------------------------------------------------------- tokens

@@ -6,7 +6,7 @@ import time
 
 import orjson
 
-from server.usage import METRICS_TOPIC, UsageMeter, tenant_of, usage_records
+from server.usage.meter import METRICS_TOPIC, UsageMeter, tenant_of, usage_records
 
 
 def test_the_meter_sums_per_key_and_skips_its_own_topic() -> None:

@@ -3,7 +3,7 @@
 Measured here, a FastAPI route costs ~3.5x the CPU of a bare ASGI endpoint (ARCHITECTURE.md, "Performance
 facts"): routing, request objects, dependency resolution, exception middleware. This layer matches the
 three message paths by splitting the path, reads the body straight from ``receive`` and calls the same
-functions as the FastAPI routes (``server.messages``), which still exist for the OpenAPI schema and for
+functions as the FastAPI routes (``server.http.messages``), which still exist for the OpenAPI schema and for
 anything this layer passes on (e.g. a partition that is not a number, so FastAPI reports the error).
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fencing import OffsetOutOfRangeError
-from server import messages
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
-from server.reply import Reply
+from server.http import messages
+from server.http.reply import Reply
 from server.security.access import Principal
-from server.usage import TENANT_HEADER
+from server.usage.meter import TENANT_HEADER
 
 __all__ = ["FastPath", "PUBLIC_PATHS", "authorize_message", "read_body"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from metering.store import MINUTE_MS, SERIES_COUNTERS, Window, check_step
-from server.usage import Key, Usage
+from server.usage.meter import Key, Usage
 
 __all__ = ["UsageHistory"]
 

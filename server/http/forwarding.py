@@ -16,7 +16,7 @@ import aiohttp
 from server import metrics
 from server.cluster import Owner
 from server.errors import ApiError
-from server.reply import Reply
+from server.http.reply import Reply
 
 __all__ = ["HOPS_HEADER", "ROUTE_HEADER", "Forwarder"]
 

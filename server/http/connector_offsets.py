@@ -20,15 +20,16 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
-from server import internal_topics, messages
+from server import internal_topics
 from server.broker import Broker
 from server.errors import ApiError
-from server.fastpath import MAX_ADMIN_BODY, read_body
-from server.messages import BATCH_CONTENT_TYPE
-from server.reply import answer_of, json_response
+from server.http import messages
+from server.http.fastpath import MAX_ADMIN_BODY, read_body
+from server.http.messages import BATCH_CONTENT_TYPE
+from server.http.reply import answer_of, json_response
 from server.security.api import broker_of, principal
 from server.topics import TopicConfig
-from server.usage import TENANT_HEADER
+from server.usage.meter import TENANT_HEADER
 from talos import Record, RecordData, decode_records, encode_batch, iter_batches, partition_for_key
 
 __all__ = ["CONNECT_OFFSETS_TOPIC", "TENANT_RECORD_HEADER", "checkpoints_of", "router"]

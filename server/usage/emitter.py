@@ -18,7 +18,7 @@ from server import internal_topics
 from server.broker import Broker
 from server.errors import ApiError
 from server.topics import TopicConfig
-from server.usage import METRICS_TOPIC, UsageMeter, usage_records
+from server.usage.meter import METRICS_TOPIC, UsageMeter, usage_records
 from talos import RecordData, partition_for_key
 
 __all__ = ["UsageEmitter"]

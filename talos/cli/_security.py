@@ -1,37 +1,21 @@
-"""``talos tenants|tokens|acl|quotas``: tenants, their tokens, topic grants and quotas.
+"""``talos tenants|tokens|acl|quotas``: tenants, their tokens, topic and group grants, and quotas.
 
 These send the token of ``talos --token`` (or ``TALOS_TOKEN``): the admin token for everything, a
 tenant's own token for its tokens, grants on its topics, its quotas and its quota requests.
+
+May import: click, the public SDK and ``talos.cli``'s shared modules.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from typing import Any, NoReturn
-
 import click
 
-from talos import DEFAULT_URL, Admin, TalosError
+from talos.cli._common import URL, YES, admin_call
+from talos.cli._output import echo_json
 
 __all__ = ["acl", "quotas", "tenants", "tokens"]
 
-URL = click.option(
-    "--url", envvar="TALOS_URL", default=DEFAULT_URL, show_default=True, help="Server URL (env TALOS_URL)."
-)
 QUOTA_FIELDS = ("produce_bytes_per_s", "fetch_bytes_per_s", "requests_per_s", "partitions")
-
-
-def _run(url: str, action: Callable[[Admin], Any]) -> Any:
-    try:
-        with Admin(url) as admin:
-            return action(admin)
-    except TalosError as exc:
-        _fail(exc)
-
-
-def _fail(error: Exception) -> NoReturn:
-    raise click.ClickException(str(error)) from error
 
 
 def _limits(pairs: tuple[str, ...]) -> dict[str, float | None]:
@@ -55,10 +39,6 @@ def _number(raw: str) -> float:
         raise click.BadParameter(f"{raw!r} is not a number (e.g. 500, 2M, 1.5G)") from None
 
 
-def _echo_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
 # ---------------------------------------------------------------- tenants
 
 
@@ -75,7 +55,7 @@ def tenants() -> None:
 def tenants_create(url: str, name: str, description: str, quota: tuple[str, ...]) -> None:
     """Create tenant NAME (a-z 0-9 _ -). Then `talos tokens create NAME` gives it a token."""
     limits = {k: v for k, v in _limits(quota).items() if v is not None}
-    made = _run(url, lambda a: a.create_tenant(name, description=description, quota=limits or None))
+    made = admin_call(url, lambda a: a.create_tenant(name, description=description, quota=limits or None))
     click.echo(f"created tenant {made['name']}")
 
 
@@ -84,9 +64,9 @@ def tenants_create(url: str, name: str, description: str, quota: tuple[str, ...]
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def tenants_list(url: str, as_json: bool) -> None:
     """List tenants with their quotas and how many tokens they have."""
-    found = _run(url, lambda a: a.list_tenants())
+    found = admin_call(url, lambda a: a.list_tenants())
     if as_json:
-        _echo_json(found)
+        echo_json(found, sort_keys=True)
         return
     for tenant in found:
         limits = ", ".join(f"{k}={v:g}" for k, v in tenant["quota"].items() if v is not None) or "no limits"
@@ -96,12 +76,12 @@ def tenants_list(url: str, as_json: bool) -> None:
 @tenants.command("delete")
 @URL
 @click.argument("name")
-@click.option("--yes", is_flag=True, help="Do not ask.")
+@YES
 def tenants_delete(url: str, name: str, yes: bool) -> None:
     """Delete tenant NAME and its tokens and grants (it must own no topics)."""
     if not yes:
         click.confirm(f"delete tenant {name} and revoke its tokens?", abort=True)
-    _run(url, lambda a: a.delete_tenant(name))
+    admin_call(url, lambda a: a.delete_tenant(name))
     click.echo(f"deleted tenant {name}")
 
 
@@ -119,7 +99,7 @@ def tokens() -> None:
 @click.option("--name", default="", help="What the token is for (shown in lists and the audit log).")
 def tokens_create(url: str, tenant: str, name: str) -> None:
     """Make a token for TENANT and print it: it is shown this once (only its hash is kept)."""
-    made = _run(url, lambda a: a.create_token(tenant, name=name))
+    made = admin_call(url, lambda a: a.create_token(tenant, name=name))
     click.echo(made["token"])
     click.echo(f"token {made['id']} of {tenant}: keep it secret; it is not shown again", err=True)
 
@@ -129,7 +109,7 @@ def tokens_create(url: str, tenant: str, name: str) -> None:
 @click.argument("tenant")
 def tokens_list(url: str, tenant: str) -> None:
     """List TENANT's tokens (ids and names; never the secrets)."""
-    for token in _run(url, lambda a: a.list_tokens(tenant)):
+    for token in admin_call(url, lambda a: a.list_tokens(tenant)):
         click.echo(f"{token['id']}\t{token['name']}\tcreated_ms={token['created_ms']}")
 
 
@@ -139,7 +119,7 @@ def tokens_list(url: str, tenant: str) -> None:
 @click.argument("token_id")
 def tokens_revoke(url: str, tenant: str, token_id: str) -> None:
     """Revoke TENANT's token TOKEN_ID: refused at once by this server, by all within security_refresh_s (2 s)."""
-    _run(url, lambda a: a.revoke_token(tenant, token_id))
+    admin_call(url, lambda a: a.revoke_token(tenant, token_id))
     click.echo(f"revoked {token_id}")
 
 
@@ -169,7 +149,7 @@ def acl_grant(url: str, topic: str, tenant: str, actions: tuple[str, ...]) -> No
     """Let TENANT use TOPIC (a name, PREFIX* or *)."""
     if not actions:
         raise click.UsageError("give at least one --action")
-    made = _run(url, lambda a: a.grant(topic, tenant, list(actions)))
+    made = admin_call(url, lambda a: a.grant(topic, tenant, list(actions)))
     click.echo(f"{made['tenant']} may {', '.join(made['actions'])} {made['topic']}")
 
 
@@ -180,7 +160,7 @@ def acl_grant(url: str, topic: str, tenant: str, actions: tuple[str, ...]) -> No
 @ACTIONS
 def acl_revoke(url: str, topic: str, tenant: str, actions: tuple[str, ...]) -> None:
     """Take TENANT's grant on TOPIC back (some actions, or all)."""
-    _run(url, lambda a: a.revoke(topic, tenant, list(actions) or None))
+    admin_call(url, lambda a: a.revoke(topic, tenant, list(actions) or None))
     click.echo(f"revoked {', '.join(actions) or 'all'} of {tenant} on {topic}")
 
 
@@ -190,7 +170,7 @@ def acl_revoke(url: str, topic: str, tenant: str, actions: tuple[str, ...]) -> N
 @click.option("--tenant", default=None)
 def acl_list(url: str, topic: str | None, tenant: str | None) -> None:
     """List grants."""
-    for grant in _run(url, lambda a: a.list_acls(topic=topic, tenant=tenant)):
+    for grant in admin_call(url, lambda a: a.list_acls(topic=topic, tenant=tenant)):
         click.echo(f"{grant['topic']}\t{grant['tenant']}\t{','.join(grant['actions'])}")
 
 
@@ -200,7 +180,7 @@ def acl_list(url: str, topic: str | None, tenant: str | None) -> None:
 @click.argument("tenant")
 def acl_grant_group(url: str, group: str, tenant: str) -> None:
     """Let TENANT use consumer GROUP (one you own): join, commit, reset, describe, its retry and DLQ topics."""
-    made = _run(url, lambda a: a.grant_group(group, tenant))
+    made = admin_call(url, lambda a: a.grant_group(group, tenant))
     click.echo(f"{made['tenant']} may use group {made['group']}")
 
 
@@ -210,7 +190,7 @@ def acl_grant_group(url: str, group: str, tenant: str) -> None:
 @click.argument("tenant")
 def acl_revoke_group(url: str, group: str, tenant: str) -> None:
     """Take TENANT's grant of consumer GROUP back."""
-    _run(url, lambda a: a.revoke_group(group, tenant))
+    admin_call(url, lambda a: a.revoke_group(group, tenant))
     click.echo(f"revoked group {group} of {tenant}")
 
 
@@ -220,7 +200,7 @@ def acl_revoke_group(url: str, group: str, tenant: str) -> None:
 @click.option("--tenant", default=None)
 def acl_list_groups(url: str, group: str | None, tenant: str | None) -> None:
     """List group grants."""
-    for grant in _run(url, lambda a: a.list_group_acls(group=group, tenant=tenant)):
+    for grant in admin_call(url, lambda a: a.list_group_acls(group=group, tenant=tenant)):
         click.echo(f"{grant['group']}\t{grant['tenant']}")
 
 
@@ -237,7 +217,7 @@ def quotas() -> None:
 @click.argument("tenant")
 def quotas_show(url: str, tenant: str) -> None:
     """TENANT's quota and its topics' quotas."""
-    _echo_json(_run(url, lambda a: a.quotas(tenant)))
+    echo_json(admin_call(url, lambda a: a.quotas(tenant)), sort_keys=True)
 
 
 @quotas.command("set")
@@ -252,7 +232,7 @@ def quotas_set(url: str, tenant: str | None, topic: str | None, limits: tuple[st
     """
     if (tenant is None) == (topic is None):
         raise click.UsageError("give --tenant or --topic")
-    _echo_json(_run(url, lambda a: a.set_quota(tenant=tenant, topic=topic, **_limits(limits))))
+    echo_json(admin_call(url, lambda a: a.set_quota(tenant=tenant, topic=topic, **_limits(limits))), sort_keys=True)
 
 
 @quotas.command("request")
@@ -264,7 +244,7 @@ def quotas_set(url: str, tenant: str | None, topic: str | None, limits: tuple[st
 @click.option("--why", default="", help="The justification.")
 def quotas_request(url: str, resource: str, value: str, topic: str | None, tenant: str | None, why: str) -> None:
     """Ask for RESOURCE = VALUE; prints the decision: approved, rejected (with the reason) or pending."""
-    made = _run(
+    made = admin_call(
         url,
         lambda a: a.request_quota(resource, _number(value), topic=topic, tenant=tenant, justification=why),
     )
@@ -276,7 +256,7 @@ def quotas_request(url: str, resource: str, value: str, topic: str | None, tenan
 @click.option("--status", type=click.Choice(["pending", "approved", "rejected"]), default=None)
 def quotas_requests(url: str, status: str | None) -> None:
     """List quota requests (the admin: all; a tenant: its own)."""
-    for r in _run(url, lambda a: a.quota_requests(status=status)):
+    for r in admin_call(url, lambda a: a.quota_requests(status=status)):
         target = r["topic"] or f"tenant {r['tenant']}"
         click.echo(f"#{r['id']}\t{r['status']}\t{r['tenant']}\t{target}\t{r['resource']}={r['requested']:g}")
 
@@ -288,5 +268,5 @@ def quotas_requests(url: str, status: str | None) -> None:
 @click.option("--reason", default="", help="Shown to the tenant.")
 def quotas_decide(url: str, request_id: int, decision: str, reason: str) -> None:
     """Approve or reject pending request REQUEST_ID (the admin)."""
-    made = _run(url, lambda a: a.decide_quota_request(request_id, approve=decision == "approve", reason=reason))
+    made = admin_call(url, lambda a: a.decide_quota_request(request_id, approve=decision == "approve", reason=reason))
     click.echo(f"request #{made['id']}: {made['status']}")

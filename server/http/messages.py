@@ -1,7 +1,7 @@
 """Produce, fetch and offsets: the hot endpoints, as plain functions of (query, headers, body) → Reply.
 
 The FastAPI routes (for OpenAPI and any request the fast path does not take) and the raw ASGI fast path
-(``server.fastpath``) both call these, so there is one implementation. Raw body, ``orjson``, no model per
+(``server.http.fastpath``) both call these, so there is one implementation. Raw body, ``orjson``, no model per
 message; records are parsed only where JSON demands it (the binary batch path never parses records).
 """
 
@@ -24,14 +24,14 @@ from server import metrics
 from server.broker import Broker, NotOwnerError
 from server.cluster import Owner
 from server.errors import ApiError
-from server.forwarding import HOPS_HEADER
-from server.partition import LoadedPartition, ProduceResult
-from server.producer_ids import UNKNOWN
-from server.reply import JSON, Reply, answer_of
+from server.http.forwarding import HOPS_HEADER
+from server.http.reply import JSON, Reply, answer_of
+from server.partition.loaded import LoadedPartition, ProduceResult
+from server.partition.producer_ids import UNKNOWN
 from server.security.buckets import TokenBucket
 from server.security.guard import allowance, pay
 from server.security.trim import trim_to_allowance
-from server.usage import TENANT_HEADER, tenant_of
+from server.usage.meter import TENANT_HEADER, tenant_of
 from talos import (
     BatchError,
     DecodedBatch,

@@ -18,8 +18,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from server.fastpath import PUBLIC_PATHS
-from server.messages import BATCH_CONTENT_TYPE
+from server.http.fastpath import PUBLIC_PATHS
+from server.http.messages import BATCH_CONTENT_TYPE
 
 __all__ = ["ERROR_SCHEMA", "RULES", "StatusRule", "complete", "install", "statuses_for"]
 
@@ -202,7 +202,7 @@ def complete(generated: dict[str, Any]) -> dict[str, Any]:
     schemas["Error"] = copy.deepcopy(ERROR_SCHEMA)
     for path, method, operation in _operations(doc):
         responses: dict[str, Any] = operation.setdefault("responses", {})
-        responses.pop("422", None)  # validation errors are 400 here (server.app's handler)
+        responses.pop("422", None)  # validation errors are 400 here (server.http.app's handler)
         for status, response in responses.items():
             if status.startswith("2"):
                 _complete_success(path, method, status, response)

@@ -1,7 +1,7 @@
 """The REST API v1 (ARCHITECTURE.md, "Public surfaces").
 
-Admin endpoints use FastAPI's models. Produce, fetch and offsets live in ``server.messages`` and are
-served by the raw ASGI fast path (``server.fastpath``) in front of this app; their FastAPI routes here
+Admin endpoints use FastAPI's models. Produce, fetch and offsets live in ``server.http.messages`` and are
+served by the raw ASGI fast path (``server.http.fastpath``) in front of this app; their FastAPI routes here
 carry the OpenAPI description (request bodies written by hand) and serve whatever the fast path passes on.
 """
 
@@ -23,26 +23,27 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from fencing import OffsetOutOfRangeError
-from server import connector_offsets, messages, metrics, openapi, portal
+from server import metrics, portal
 from server import partition_quota as partition_quotas
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
-from server.fastpath import FastPath, authorize_message, read_body
 from server.groups import GroupCoordinator
 from server.groups import api as groups_api
-from server.messages import BATCH_CONTENT_TYPE, INT64_MAX
+from server.http import connector_offsets, messages, openapi
+from server.http.fastpath import FastPath, authorize_message, read_body
+from server.http.messages import BATCH_CONTENT_TYPE, INT64_MAX
+from server.http.readiness import StorageCheck
+from server.http.reply import as_response, json_response
 from server.portal import pages as portal_pages
 from server.portal.headers import PortalHeaders
-from server.readiness import StorageCheck
-from server.reply import as_response, json_response
 from server.security import api as security_api
 from server.security import audit
 from server.security.access import Principal, actions_on, hidden
 from server.security.api import principal
 from server.security.state import QUOTA_FIELDS
 from server.topics import MAX_PARTITIONS, TopicConfig, unknown_topic, validate_topic_name
-from server.usage_emitter import UsageEmitter
+from server.usage.emitter import UsageEmitter
 
 __all__ = ["create_app", "create_asgi"]
 
@@ -251,9 +252,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
     async def prometheus(request: Request) -> Response:
-        return Response(
-            metrics.render(broker(), labelled=await labelled_metrics(request)), media_type=metrics.CONTENT_TYPE
-        )
+        return Response(metrics.render(labelled=await labelled_metrics(request)), media_type=metrics.CONTENT_TYPE)
 
     async def labelled_metrics(request: Request) -> bool:
         """Whether /metrics shows series by tenant and topic: to everyone with ``metrics_labels = "public"``

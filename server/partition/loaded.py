@@ -17,8 +17,8 @@ from typing import Any
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server import metrics
 from server.errors import ApiError
-from server.producers import Duplicate, ProducerStates
-from server.tailcache import PartitionTail
+from server.partition.producers import Duplicate, ProducerStates
+from server.partition.tailcache import PartitionTail
 from talos import BatchError, decode_records, iter_batches, read_header
 
 log = logging.getLogger("talos.server")
@@ -119,7 +119,7 @@ class LoadedPartition:
         self.version = version
         self.tail = tail
         # Writes (append + flush, close) and reads (segment reads, time scans) on separate pools: a read
-        # storm or a slow partition's reads cannot stall another partition's flush (``server.executor``).
+        # storm or a slow partition's reads cannot stall another partition's flush (``server.partition.executor``).
         self._writes = writes
         self._reads = reads
         self._group_commit = group_commit

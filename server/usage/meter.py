@@ -2,7 +2,7 @@
 
 :class:`UsageMeter` counts, where a partition's owner serves a request (never at a server that only
 forwards it, so nothing is counted twice): bytes and messages in and out, requests, errors, and the
-latency sum and maximum; ``server.usage_emitter`` sends them to ``__talos_metrics``.
+latency sum and maximum; ``server.usage.emitter`` sends them to ``__talos_metrics``.
 """
 
 from __future__ import annotations

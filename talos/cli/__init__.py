@@ -1,0 +1,69 @@
+"""The ``talos`` command line: the root group ``main`` (the console script) and one module per command group.
+
+The rooms: ``_topics`` (talos topics), ``_messages`` (produce, consume), ``_groups`` (consumer groups),
+``_servers`` (standalone, server, cluster up/down, dev services), ``_security`` (tenants, tokens, acl, quotas),
+``_connect``, ``_metering``, ``_verify`` and ``_bench``. ``_common`` (the shared options, one Admin call, SDK errors
+as CLI errors) and ``_output`` (tables and JSON) serve them all.
+
+May import: click, the public SDK and the SDK's own modules. ``server``, ``connectors`` and ``metering`` are
+imported only inside the command functions that need them, so ``import talos.cli`` loads none of them
+(tests/unit/test_cli_imports.py checks).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from talos import __version__
+from talos.cli._bench import bench
+from talos.cli._connect import connect
+from talos.cli._groups import groups
+from talos.cli._messages import consume, produce
+from talos.cli._metering import metering
+from talos.cli._security import acl, quotas, tenants, tokens
+from talos.cli._servers import cluster, dev, server, standalone
+from talos.cli._topics import topics
+from talos.cli._verify import verify
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="talos")
+@click.option(
+    "--token",
+    default=None,
+    help="Bearer token for servers with auth on [env TALOS_TOKEN; better than a flag, which ps shows].",
+)
+def main(token: str | None) -> None:
+    """Talos: a message queue with compute separated from storage.
+
+    Stateless servers place topic partitions on a traffic-weighted consistent-hash ring and keep the
+    data on HDFS (or a local disk for one node). Run `talos COMMAND --help` for each command.
+    """
+    if token:
+        os.environ["TALOS_TOKEN"] = token  # every client the commands make sends it
+
+
+# `talos --help` lists the commands sorted by name, so the order here is only the order of the rooms above.
+for _command in (
+    topics,
+    produce,
+    consume,
+    groups,
+    standalone,
+    server,
+    cluster,
+    dev,
+    tenants,
+    tokens,
+    acl,
+    quotas,
+    connect,
+    metering,
+    verify,
+    bench,
+):
+    main.add_command(_command)

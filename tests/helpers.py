@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import secrets
 import subprocess
 import sysconfig
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from fencing import PartitionLog
-from talos import decode_records, iter_batches
+from talos import Admin, decode_records, iter_batches
 from talos.devservices import StandaloneServer
 
 
@@ -53,6 +56,59 @@ def running_standalone(data_dir: Path, env: dict[str, str] | None = None) -> Ite
         yield instance.start()
     finally:
         instance.stop()
+
+
+@dataclass
+class SecuredStandalone:
+    """A running ``talos standalone --auth on``, its admin token and one token per tenant."""
+
+    server: StandaloneServer
+    admin_token: str
+    tokens: dict[str, str]  # tenant → token
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def token(self, who: str | None) -> str | None:
+        """The token of a tenant, of the admin (``"admin"``), or none (``None``: anonymous)."""
+        return self.admin_token if who == "admin" else self.tokens[who] if who else None
+
+    def bearer(self, token: str | None) -> httpx.Client:
+        """A client sending ``token`` (none: anonymous)."""
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def client(self, who: str | None) -> httpx.Client:
+        return self.bearer(self.token(who))
+
+    def admin(self, who: str) -> Admin:
+        return Admin(self.url, token=self.token(who))
+
+
+def create_tenants(admin: Admin, tenants: Mapping[str, dict[str, float] | None]) -> dict[str, str]:
+    """As the admin, each tenant (with its quota, if any) and one token for it: tenant → token."""
+    tokens = {}
+    for name, quota in tenants.items():
+        admin.create_tenant(name, quota=quota)
+        tokens[name] = admin.create_token(name)["token"]
+    return tokens
+
+
+@contextlib.contextmanager
+def secured_standalone(
+    data_dir: Path,
+    tenants: Mapping[str, dict[str, float] | None],
+    *,
+    admin_token: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[SecuredStandalone]:
+    """``running_standalone`` with auth on and the admin token (random unless given) in ``TALOS_ADMIN_TOKEN``;
+    as the admin, creates each tenant (with its quota, if any) and one token for it. ``env`` adds settings."""
+    token = admin_token or f"admin-{secrets.token_urlsafe(24)}"
+    settings = {"TALOS_ADMIN_TOKEN": token, "TALOS_AUTH": "on", **(env or {})}
+    with running_standalone(data_dir, env=settings) as server, Admin(server.url, token=token) as admin:
+        yield SecuredStandalone(server, token, create_tenants(admin, tenants))
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -171,3 +171,13 @@ def cluster(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> It
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def pair(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of two servers (a module may override it with other settings)."""
+    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", FAST, count=2)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -5,35 +5,21 @@ owner's next write is stored; another tenant cannot bump the id's epoch through 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
 from talos import Admin, RecordData, encode_batch
-from talos.devservices import HdfsCluster, ZooKeeperServer
-from tests.cluster.conftest import CLUSTER_TOKEN, FAST, Cluster, start_cluster
+from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
+from tests.helpers import create_tenants
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
-
-
-@pytest.fixture
-def pair(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> Iterator[Cluster]:
-    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", FAST, count=2)
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def test_another_tenants_producer_id_is_refused_at_the_owner_after_forwarding(pair: Cluster) -> None:
     s1, s2 = pair.servers["s1"], pair.servers["s2"]
     with Admin(s1.url, token=CLUSTER_TOKEN) as admin:
-        admin.create_tenant("alpha")
-        admin.create_tenant("beta")
-        alpha_token = admin.create_token("alpha")["token"]
-        beta_token = admin.create_token("beta")["token"]
+        tokens = create_tenants(admin, {"alpha": None, "beta": None})
+    alpha_token, beta_token = tokens["alpha"], tokens["beta"]
     alpha = {"authorization": f"Bearer {alpha_token}"}
     beta = {"authorization": f"Bearer {beta_token}"}
     with Admin(s1.url, token=beta_token) as owner:

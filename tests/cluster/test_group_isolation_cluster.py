@@ -6,27 +6,17 @@ exactly one owner, the same on both servers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from talos import Admin
-from talos.devservices import HdfsCluster, ZooKeeperServer, wait_until
-from tests.cluster.conftest import CLUSTER_TOKEN, FAST, Cluster, start_cluster
+from talos.devservices import wait_until
+from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.cluster.test_groups_cluster import coordinator_of
+from tests.helpers import create_tenants
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
-
-
-@pytest.fixture
-def pair(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> Iterator[Cluster]:
-    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", FAST, count=2)
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def client(url: str, token: str) -> httpx.Client:
@@ -41,10 +31,8 @@ def join(url: str, token: str, group: str, topic: str) -> httpx.Response:
 def test_groups_stay_their_owners_across_servers(pair: Cluster) -> None:
     s1, s2 = pair.servers["s1"], pair.servers["s2"]
     with Admin(s1.url, token=CLUSTER_TOKEN) as admin:
-        admin.create_tenant("alpha")
-        admin.create_tenant("beta")
-        alpha = admin.create_token("alpha")["token"]
-        beta = admin.create_token("beta")["token"]
+        tokens = create_tenants(admin, {"alpha": None, "beta": None})
+    alpha, beta = tokens["alpha"], tokens["beta"]
     with Admin(s1.url, token=alpha) as tenant:
         tenant.create_topic("a-orders", partitions=2)
     with Admin(s2.url, token=beta) as tenant:

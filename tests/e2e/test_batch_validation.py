@@ -78,6 +78,18 @@ class Server:
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.instance.url, headers={"authorization": f"Bearer {self.token}"}, timeout=30)
 
+    def start_with_orders(self) -> None:
+        """Start the server, make tenant acme with a token and its topic ``orders`` with ACKED messages."""
+        self.instance.start()
+        with Admin(self.instance.url, token=ADMIN_TOKEN) as admin:
+            admin.create_tenant("acme")
+            self.token = admin.create_token("acme")["token"]
+        with Admin(self.instance.url, token=self.token) as tenant:
+            tenant.create_topic("orders", partitions=1)
+        with self.client() as http:
+            messages = [{"value": f"m{i}", "partition": 0} for i in range(ACKED)]
+            assert http.post("/v1/topics/orders/messages", json={"messages": messages}).status_code == 200
+
     def restart(self) -> None:
         self.instance.stop()
         self.instance.start()
@@ -97,16 +109,8 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     running = Server(tmp_path_factory.mktemp("validation") / "data")
-    running.instance.start()
     try:
-        with Admin(running.instance.url, token=ADMIN_TOKEN) as admin:
-            admin.create_tenant("acme")
-            running.token = admin.create_token("acme")["token"]
-        with Admin(running.instance.url, token=running.token) as tenant:
-            tenant.create_topic("orders", partitions=1)
-        with running.client() as http:
-            messages = [{"value": f"m{i}", "partition": 0} for i in range(ACKED)]
-            assert http.post("/v1/topics/orders/messages", json={"messages": messages}).status_code == 200
+        running.start_with_orders()
         yield running
     finally:
         running.instance.stop()
@@ -164,16 +168,8 @@ def test_a_corrupt_stored_batch_is_stepped_over_by_both_fetch_paths(tmp_path: Pa
     moves past it (no 500), the SDK consumer skips it and reads on."""
     data = tmp_path / "data"
     server = Server(data)
-    server.instance.start()
     try:
-        with Admin(server.instance.url, token=ADMIN_TOKEN) as admin:
-            admin.create_tenant("acme")
-            server.token = admin.create_token("acme")["token"]
-        with Admin(server.instance.url, token=server.token) as tenant:
-            tenant.create_topic("orders", partitions=1)
-        with server.client() as http:
-            messages = [{"value": f"m{i}", "partition": 0} for i in range(ACKED)]
-            assert http.post("/v1/topics/orders/messages", json={"messages": messages}).status_code == 200
+        server.start_with_orders()
         server.instance.stop()
         fs, root = open_storage(str(data))  # as the server before this change did: append unchecked
         directory = partition_dir(root, "orders", 0)

@@ -6,46 +6,24 @@ partitions counts against the partition quota, and a malformed retry record is a
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from talos import Admin, Consumer, PermissionDeniedError
-from talos.devservices import StandaloneServer
-from tests.helpers import running_standalone
+from talos import Consumer, PermissionDeniedError
+from tests.helpers import SecuredStandalone, secured_standalone
 
-ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
-
-
-@dataclass
-class Tenants:
-    server: StandaloneServer
-    tokens: dict[str, str]  # alpha, beta, gamma, admin
-
-    def client(self, who: str) -> httpx.Client:
-        token = self.tokens[who]
-        return httpx.Client(base_url=self.server.url, headers={"authorization": f"Bearer {token}"}, timeout=30)
-
-    def admin(self, who: str) -> Admin:
-        return Admin(self.server.url, token=self.tokens[who])
+Tenants = SecuredStandalone  # alpha, beta, gamma (and "admin")
 
 
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     data = tmp_path_factory.mktemp("groups-secured") / "data"
-    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on"}
-    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
-        admin.create_tenant("alpha")
-        admin.create_tenant("beta")
-        admin.create_tenant("gamma", quota={"partitions": 1})
-        tokens = {name: admin.create_token(name)["token"] for name in ("alpha", "beta", "gamma")}
-        tokens["admin"] = ADMIN_TOKEN
-        found = Tenants(server, tokens)
+    quotas = {"alpha": None, "beta": None, "gamma": {"partitions": 1}}
+    with secured_standalone(data, quotas) as found:
         for owner, topic in (("alpha", "a-orders"), ("beta", "b-orders"), ("gamma", "g-orders")):
             with found.admin(owner) as tenant:
                 tenant.create_topic(topic, partitions=1)

@@ -10,48 +10,37 @@ import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-import httpx
 import pytest
 
 from talos import Admin, Consumer, Producer
-from talos.devservices import StandaloneServer, wait_until
-from tests.helpers import running_standalone
+from talos.devservices import wait_until
+from tests.helpers import SecuredStandalone, secured_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 INTERNAL = ("__consumer_offsets", "__talos_metrics", "__talos_audit", "__connect_offsets", "__anything_else")
 QUOTA_BYTES_PER_S = 256 * 1024
 
 
-@dataclass
-class Setup:
-    server: StandaloneServer
-    acme: str
-    globex: str
-
-    def client(self, token: str) -> httpx.Client:
-        return httpx.Client(base_url=self.server.url, headers={"authorization": f"Bearer {token}"}, timeout=30)
+Setup = SecuredStandalone  # tenants acme (with a byte quota) and globex
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     data = tmp_path_factory.mktemp("internal") / "data"
-    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on", "TALOS_METERING_INTERVAL_S": "1"}
-    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
-        admin.create_tenant("acme", quota={"produce_bytes_per_s": QUOTA_BYTES_PER_S})
-        admin.create_tenant("globex")
-        acme = admin.create_token("acme")["token"]
-        globex = admin.create_token("globex")["token"]
-        with Admin(server.url, token=acme) as tenant:
+    quotas = {"acme": {"produce_bytes_per_s": QUOTA_BYTES_PER_S}, "globex": None}
+    env = {"TALOS_METERING_INTERVAL_S": "1"}
+    with secured_standalone(data, quotas, admin_token=ADMIN_TOKEN, env=env) as found:
+        acme = found.tokens["acme"]
+        with found.admin("acme") as tenant:
             tenant.create_topic("orders", partitions=1)
             tenant.save_connector_offsets("conn", "0", {"position": 5})  # makes __connect_offsets
-        with Producer(server.url, token=acme) as producer:
+        with Producer(found.url, token=acme) as producer:
             producer.send("orders", b"one", partition=0).result(30)
-        with Consumer(server.url, group="billing", topics=["orders"], token=acme) as consumer:  # claims the group
+        with Consumer(found.url, group="billing", topics=["orders"], token=acme) as consumer:  # claims the group
             wait_until(lambda: bool(consumer.poll(0.5)), timeout=30, what="the message")
             consumer.commit()  # makes __consumer_offsets
-        yield Setup(server, acme, globex)
+        yield found
 
 
 def test_a_tenant_reaches_no_internal_topic_directly_and_the_admin_reads_them(setup: Setup) -> None:
@@ -64,7 +53,7 @@ def test_a_tenant_reaches_no_internal_topic_directly_and_the_admin_reads_them(se
         what="the internal topics",
     )
     denied = (403, 404)
-    with setup.client(setup.globex) as tenant:
+    with setup.client("globex") as tenant:
         for topic in INTERNAL:
             base = f"/v1/topics/{topic}"
             message = {"messages": [{"key": "x", "value": '{"tenant": "acme", "bytes_in": 1000000000}'}]}
@@ -80,7 +69,7 @@ def test_a_tenant_reaches_no_internal_topic_directly_and_the_admin_reads_them(se
             assert created.status_code in (400, 403, 404), topic
             listed = {t["name"] for t in tenant.get("/v1/topics").json()["topics"]}
             assert topic not in listed
-    with setup.client(ADMIN_TOKEN) as admin:
+    with setup.client("admin") as admin:
         for topic in INTERNAL[:4]:
             read = admin.get(f"/v1/topics/{topic}/partitions/0/offsets")
             assert read.status_code == 200, (topic, read.text)
@@ -89,7 +78,7 @@ def test_a_tenant_reaches_no_internal_topic_directly_and_the_admin_reads_them(se
 
 
 def test_connector_offsets_belong_to_the_tenant_even_under_one_name(setup: Setup) -> None:
-    with Admin(setup.server.url, token=setup.acme) as acme, Admin(setup.server.url, token=setup.globex) as globex:
+    with setup.admin("acme") as acme, setup.admin("globex") as globex:
         assert acme.connector_offsets("conn") == {"0": {"position": 5}}
         assert globex.connector_offsets("conn") == {}  # not acme's
         globex.save_connector_offsets("conn", "0", {"position": 0})  # rewinds only its own
@@ -98,7 +87,7 @@ def test_connector_offsets_belong_to_the_tenant_even_under_one_name(setup: Setup
         acme.save_connector_offsets("conn", "1", {"position": 7})
         acme.save_connector_offsets("conn", "0", None)  # removed
         assert acme.connector_offsets("conn") == {"1": {"position": 7}}
-    with setup.client(setup.acme) as client:
+    with setup.client("acme") as client:
         bad = client.put("/v1/connectors/conn/offsets", json={"task": "0"})
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_REQUEST"
         assert client.get("/v1/connectors/..bad/offsets").status_code == 400
@@ -109,7 +98,7 @@ def test_a_tenants_dead_letter_traffic_counts_against_its_byte_quota(setup: Setu
         assert "__dlq.billing" in {t.name for t in admin.list_topics()}  # the group's join made it
     body = {"messages": [{"value": "x" * (128 * 1024)}]}
     started = time.monotonic()
-    with setup.client(setup.acme) as client, ThreadPoolExecutor(8) as pool:
+    with setup.client("acme") as client, ThreadPoolExecutor(8) as pool:
         statuses = list(
             pool.map(lambda _: client.post("/v1/topics/__dlq.billing/messages", json=body).status_code, range(16))
         )

@@ -6,18 +6,16 @@ stored, not answered as a duplicate; another tenant cannot bump the id's epoch (
 from __future__ import annotations
 
 import itertools
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from talos import Admin, RecordData, encode_batch
+from talos import RecordData, encode_batch
 from talos.devservices import StandaloneServer
-from tests.helpers import running_standalone
+from tests.helpers import secured_standalone
 
-ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 BATCH = "application/vnd.talos.batch"
 PATH = "/v1/topics/shared/partitions/0/messages"
 
@@ -32,20 +30,12 @@ class Tenants:
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     data = tmp_path_factory.mktemp("producers") / "data"
-    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on"}
-    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
-        admin.create_tenant("alpha")
-        admin.create_tenant("beta")
-        alpha_token = admin.create_token("alpha")["token"]
-        beta_token = admin.create_token("beta")["token"]
-        with Admin(server.url, token=beta_token) as beta:
+    with secured_standalone(data, {"alpha": None, "beta": None}) as secured:
+        with secured.admin("beta") as beta:
             beta.create_topic("shared", partitions=1)
             beta.grant("shared", "alpha", ["produce", "consume"])
-        with (
-            httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {alpha_token}"}, timeout=30) as alpha,
-            httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {beta_token}"}, timeout=30) as beta,
-        ):
-            yield Tenants(server, alpha, beta)
+        with secured.client("alpha") as alpha, secured.client("beta") as beta:
+            yield Tenants(secured.server, alpha, beta)
 
 
 def new_producer(client: httpx.Client) -> int:

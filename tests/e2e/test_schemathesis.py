@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from talos import Admin, Producer
+from talos import Producer
 from talos.devservices import StandaloneServer
-from tests.helpers import running_standalone
+from tests.helpers import secured_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 CHECKS = (
@@ -43,16 +43,14 @@ class Target:
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     data = tmp_path_factory.mktemp("schemathesis") / "data"
-    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on"}
-    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
-        admin.create_tenant("fuzz")
-        token = admin.create_token("fuzz")["token"]
-        with Admin(server.url, token=token) as tenant:
+    with secured_standalone(data, {"fuzz": None}, admin_token=ADMIN_TOKEN) as secured:
+        token = secured.tokens["fuzz"]
+        with secured.admin("fuzz") as tenant:
             tenant.create_topic("0", partitions=1)  # "0" is a name the generators try early
             tenant.create_topic("hostile", partitions=1)
-        with Producer(server.url, token=token) as producer:
+        with Producer(secured.url, token=token) as producer:
             producer.send("0", b"first", partition=0).result(30)
-        yield Target(server, token)
+        yield Target(secured.server, token)
 
 
 def run_schemathesis(

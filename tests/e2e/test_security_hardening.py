@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -18,36 +17,19 @@ import pytest
 
 from talos import Admin
 from talos.devservices import StandaloneServer
-from tests.helpers import running_standalone
+from tests.helpers import SecuredStandalone, secured_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 
 
-@dataclass
-class Tenants:
-    server: StandaloneServer
-    tokens: dict[str, str]  # tenant → token
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def client(self, who: str | None) -> httpx.Client:
-        token = ADMIN_TOKEN if who == "admin" else self.tokens[who] if who else None
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+Tenants = SecuredStandalone  # tenants a, b, c
 
 
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     data = tmp_path_factory.mktemp("hardening") / "data"
-    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on"}
-    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
-        tokens = {}
-        for name in ("a", "b", "c"):
-            admin.create_tenant(name)
-            tokens[name] = admin.create_token(name)["token"]
-        yield Tenants(server, tokens)
+    with secured_standalone(data, dict.fromkeys(("a", "b", "c")), admin_token=ADMIN_TOKEN) as found:
+        yield found
 
 
 def produce(client: httpx.Client, topic: str, value: str) -> httpx.Response:

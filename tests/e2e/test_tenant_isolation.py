@@ -18,7 +18,6 @@ endpoints are added knowingly), a request body is built from the operation's sch
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +27,8 @@ import httpx
 import pytest
 
 from talos import Admin
-from talos.devservices import StandaloneServer
-from tests.helpers import running_standalone
+from tests.helpers import SecuredStandalone, secured_standalone
 
-ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/portal")
 SECRET = "bsecret"  # in every name B gives its objects: a list that shows one of them leaks it
 TOPIC = f"{SECRET}-orders"
@@ -61,14 +58,8 @@ class Victim:
 
 
 @dataclass
-class World:
-    server: StandaloneServer
-    tokens: dict[str, str]  # tenant → token (a, b, c)
+class World(SecuredStandalone):  # tenants a, b, c
     victim: Victim
-
-    def client(self, token: str | None) -> httpx.Client:
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.server.url, headers=headers, timeout=30)
 
 
 def _ok(answer: httpx.Response) -> Any:
@@ -114,14 +105,10 @@ def _make_victim(world_url: str, token: str, admin: Admin) -> Victim:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     data = tmp_path_factory.mktemp("isolation") / "data"
-    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on"}
-    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
-        tokens = {}
-        for name in ("a", "b", "c"):
-            admin.create_tenant(name)
-            tokens[name] = admin.create_token(name)["token"]
-        victim = _make_victim(server.url, tokens["b"], admin)
-        yield World(server, tokens, victim)
+    with secured_standalone(data, dict.fromkeys(("a", "b", "c"))) as secured:
+        with secured.admin("admin") as admin:
+            victim = _make_victim(secured.url, secured.tokens["b"], admin)
+        yield World(secured.server, secured.admin_token, secured.tokens, victim)
 
 
 def _path_values(victim: Victim, topic: str) -> dict[str, str]:
@@ -252,7 +239,7 @@ def _snapshot(world: World) -> dict[str, Any]:
     """What B sees of its own objects."""
     victim = world.victim
     state: dict[str, Any] = {}
-    with world.client(victim.token) as b:
+    with world.bearer(victim.token) as b:
         for topic in (TOPIC, victim.retry_topic, victim.dead_letter_topic):
             described = _ok(b.get(f"/v1/topics/{quote(topic, safe='')}"))
             state[f"topic {topic}"] = {k: v for k, v in described.items() if k != "partitions_detail"}
@@ -294,7 +281,7 @@ def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: W
     assert before["members"] == [world.victim.member_id]
     problems: list[str] = []
 
-    with world.client(None) as anonymous:
+    with world.bearer(None) as anonymous:
         for attack in _attacks(document, world.victim, "a"):
             if attack.template.startswith(PUBLIC):
                 continue
@@ -303,7 +290,7 @@ def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: W
                 problems.append(f"no token: {attack.label} → {answer.status_code} {answer.text[:200]}")
 
     for attacker in ("a", "c"):
-        with world.client(world.tokens[attacker]) as client:
+        with world.bearer(world.tokens[attacker]) as client:
             for attack in _attacks(document, world.victim, attacker):
                 if attack.template.startswith(PUBLIC):
                     continue
@@ -326,7 +313,7 @@ def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: W
         if after.get(key) != value:
             problems.append(f"B's {key} changed: {value!r} → {after.get(key)!r}")
     victim = world.victim
-    with world.client(victim.token) as b:
+    with world.bearer(victim.token) as b:
         beat = b.post(f"/v1/groups/{GROUP}/members/{victim.member_id}/heartbeat", json={})
         if beat.status_code != 200:
             problems.append(f"B's member no longer heartbeats: {beat.status_code} {beat.text[:200]}")
@@ -340,7 +327,7 @@ def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: W
         result = written.json().get("results", [{}])[0] if written.status_code == 200 else {}
         if written.status_code != 200 or result.get("offset", -1) < 0 or result.get("duplicate"):
             problems.append(f"B's producer id no longer writes: {written.status_code} {written.text[:200]}")
-    with world.client(victim.spare_token) as spare:
+    with world.bearer(victim.spare_token) as spare:
         whoami = spare.get("/v1/whoami")
         if whoami.status_code != 200 or whoami.json().get("tenant") != "b":
             problems.append(f"B's token no longer works: {whoami.status_code} {whoami.text[:200]}")

@@ -18,18 +18,10 @@ from server.http.messages import _messages_json, batch_spans
 from talos import HEADER_SIZE, BatchError, RecordData, encode_batch, set_base_offset, validate_batch
 from talos._codec import crc32c
 from talos._consumer import _decode
+from tests.unit.test_codec import records
 
 CRC_START = 17
 
-blobs = st.one_of(st.none(), st.binary(max_size=200))
-headers = st.lists(st.tuples(st.text(max_size=12), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
-records = st.builds(
-    RecordData,
-    value=blobs,
-    key=blobs,
-    headers=headers,
-    timestamp=st.one_of(st.none(), st.integers(min_value=0, max_value=2**45)),
-)
 producers = st.one_of(
     st.just((-1, -1, -1)),
     st.tuples(st.integers(0, 2**62), st.integers(0, 2**15 - 1), st.integers(0, 2**30)),
@@ -38,7 +30,7 @@ producers = st.one_of(
 
 @st.composite
 def valid_batches(draw: st.DrawFn) -> bytes:
-    recs = draw(st.lists(records, min_size=1, max_size=12))
+    recs = draw(st.lists(records, min_size=1, max_size=12))  # the codec tests' records
     producer_id, epoch, sequence = draw(producers)
     return encode_batch(recs, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
 

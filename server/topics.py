@@ -17,6 +17,7 @@ import orjson
 
 from fencing import FileSystem
 from server.errors import ApiError
+from talos._admin import TopicSettings
 from talos._names import topic_name_problem
 
 __all__ = [
@@ -51,13 +52,7 @@ def validate_topic_name(name: str, *, internal_ok: bool = False) -> str:
 
 
 @dataclass(frozen=True)
-class TopicConfig:
-    name: str
-    partitions: int
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-    version: int = 1
-    created_ms: int = 0
+class TopicConfig(TopicSettings):
     tenant: str | None = None  # the owner; None for internal topics and topics made with auth off
 
     def to_json(self) -> dict[str, object]:

@@ -1,33 +1,29 @@
-"""Topic administration: ``Admin`` and its asyncio twin ``AsyncAdmin``.
+"""Administration: ``Admin`` and its asyncio twin ``AsyncAdmin``.
 
-Each call is described once as a :class:`_Call` (method, path, body, how to read the answer); the two
-classes only differ in how they send it.
+Each request is described once as a :class:`_Call` (method, path, body, how to read the answer) and each
+method once, as steps, on :class:`_Admin`; the two classes only differ in how they wait
+(``talos._clients``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import orjson
 
 from talos._admin_call import Call as _Call
+from talos._clients import Asynchronous, Blocking, operation
+from talos._steps import Request, Steps, http
 from talos._tenants import SecurityCalls as calls
-from talos._transport import (
-    AiohttpTransport,
-    AsyncTransport,
-    Transport,
-    Urllib3Transport,
-    authorized,
-    authorized_async,
-    check,
-)
+from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
 
-__all__ = ["Admin", "AsyncAdmin", "PartitionInfo", "TopicInfo", "DEFAULT_URL"]
+__all__ = ["DEFAULT_URL", "Admin", "AsyncAdmin", "PartitionInfo", "TopicInfo", "TopicSettings", "offsets_call", "send"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 _JSON = {"content-type": "application/json"}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +40,19 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class TopicInfo:
+class TopicSettings:
+    """What a topic is configured with; the server's stored record adds its owner (``server.topics``)."""
+
     name: str
     partitions: int
     retention_ms: int | None = None
     retention_bytes: int | None = None
     version: int = 1
     created_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo(TopicSettings):
     partition_offsets: list[PartitionInfo] = field(default_factory=list)
 
     @classmethod
@@ -67,11 +69,15 @@ class TopicInfo:
         )
 
 
+def _json(response: Response) -> Any:
+    return response.json()
+
+
 def _topic_path(name: str) -> str:
     return f"/v1/topics/{quote(name, safe='')}"
 
 
-def _create(name: str, partitions: int, retention_ms: int | None, retention_bytes: int | None) -> _Call:
+def _create(name: str, partitions: int, retention_ms: int | None, retention_bytes: int | None) -> _Call[TopicInfo]:
     body: dict[str, object] = {"name": name, "partitions": partitions}
     if retention_ms is not None:
         body["retention_ms"] = retention_ms
@@ -80,42 +86,42 @@ def _create(name: str, partitions: int, retention_ms: int | None, retention_byte
     return _Call("POST", "/v1/topics", lambda r: TopicInfo.from_json(r.json()), orjson.dumps(body))
 
 
-def _list() -> _Call:
+def _list() -> _Call[list[TopicInfo]]:
     return _Call("GET", "/v1/topics", lambda r: [TopicInfo.from_json(t) for t in r.json()["topics"]])  # type: ignore[index]
 
 
-def _describe(name: str) -> _Call:
+def _describe(name: str) -> _Call[TopicInfo]:
     return _Call("GET", _topic_path(name), lambda r: TopicInfo.from_json(r.json()))
 
 
-def _alter(name: str, changes: dict[str, int | None]) -> _Call:
+def _alter(name: str, changes: dict[str, int | None]) -> _Call[TopicInfo]:
     return _Call("PATCH", _topic_path(name), lambda r: TopicInfo.from_json(r.json()), orjson.dumps(changes))
 
 
-def _delete(name: str) -> _Call:
+def _delete(name: str) -> _Call[None]:
     return _Call("DELETE", _topic_path(name), lambda r: None)
 
 
-def _offsets(topic: str, partition: int, timestamp: int | None) -> _Call:
+def offsets_call(topic: str, partition: int, timestamp: int | None = None) -> _Call[dict[str, int]]:
     params: dict[str, str | int] | None = {"timestamp": timestamp} if timestamp is not None else None
-    return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", lambda r: r.json(), params=params)
+    return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", _json, params=params)
 
 
 def _group_path(name: str) -> str:
     return f"/v1/groups/{quote(name, safe='')}"
 
 
-def _list_groups() -> _Call:
+def _list_groups() -> _Call[list[str]]:
     return _Call("GET", "/v1/groups", lambda r: r.json()["groups"])  # type: ignore[index]
 
 
-def _describe_group(name: str) -> _Call:
-    return _Call("GET", _group_path(name), lambda r: r.json())
+def _describe_group(name: str) -> _Call[dict[str, Any]]:
+    return _Call("GET", _group_path(name), _json)
 
 
 def _reset_offsets(
     group: str, topic: str, to: str, partition: int | None, offset: int | None, timestamp: int | None
-) -> _Call:
+) -> _Call[list[dict[str, Any]]]:
     if to not in ("earliest", "latest", "offset", "timestamp"):
         raise ValueError("to must be 'earliest', 'latest', 'offset' or 'timestamp'")
     body = {"topic": topic, "to": to, "partition": partition, "offset": offset, "timestamp": timestamp}
@@ -127,11 +133,11 @@ def _connector_offsets_path(connector: str) -> str:
     return f"/v1/connectors/{quote(connector, safe='')}/offsets"
 
 
-def _connector_offsets(connector: str) -> _Call:
+def _connector_offsets(connector: str) -> _Call[dict[str, dict[str, Any]]]:
     return _Call("GET", _connector_offsets_path(connector), lambda r: r.json()["tasks"])  # type: ignore[index]
 
 
-def _save_connector_offsets(connector: str, task: str, checkpoint: dict[str, Any] | None) -> _Call:
+def _save_connector_offsets(connector: str, task: str, checkpoint: dict[str, Any] | None) -> _Call[None]:
     body = orjson.dumps({"task": task, "checkpoint": checkpoint})
     return _Call("PUT", _connector_offsets_path(connector), lambda r: None, body)
 
@@ -141,7 +147,13 @@ def _changes(partitions: int | None, retention_ms: int | None, retention_bytes: 
     return {k: v for k, v in changes.items() if v is not None}
 
 
-class Admin:
+def send(url: str, call: _Call[T], timeout: float) -> Steps[T]:
+    """Steps of one admin request to the server at ``url``: its answer, read, or its error raised."""
+    request = Request(call.method, url + call.path, call.params, call.body, _JSON, timeout)
+    return call.read(check((yield from http(request))))
+
+
+class _Admin(Generic[AnyTransport]):
     """Create, list, describe, change and delete topics.
 
     >>> admin = Admin("http://127.0.0.1:8080")
@@ -151,36 +163,42 @@ class Admin:
     tenants, tokens, grants and quotas; a tenant's token its own topics, tokens and quota requests.
     """
 
+    _transport: AnyTransport
+
     def __init__(
         self,
         url: str = DEFAULT_URL,
         *,
         timeout: float = 30.0,
-        transport: Transport | None = None,
+        transport: AnyTransport | None = None,
         token: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
-        self._transport = authorized(transport or Urllib3Transport(timeout=timeout), token)
+        self._transport = self._connect(transport, token, timeout)
 
-    def _call(self, call: _Call) -> Any:
-        response = self._transport.request(
-            call.method, self.url + call.path, params=call.params, body=call.body, headers=_JSON, timeout=self._timeout
-        )
-        return call.read(check(response))
+    def _connect(self, transport: AnyTransport | None, token: str | None, timeout: float) -> AnyTransport:
+        raise NotImplementedError  # Blocking or Asynchronous
 
+    def _send(self, call: _Call[T]) -> Steps[T]:
+        return send(self.url, call, self._timeout)
+
+    @operation
     def create_topic(
         self, name: str, *, partitions: int = 1, retention_ms: int | None = None, retention_bytes: int | None = None
-    ) -> TopicInfo:
-        return self._call(_create(name, partitions, retention_ms, retention_bytes))  # type: ignore[no-any-return]
+    ) -> Steps[TopicInfo]:
+        return self._send(_create(name, partitions, retention_ms, retention_bytes))
 
-    def list_topics(self) -> list[TopicInfo]:
-        return self._call(_list())  # type: ignore[no-any-return]
+    @operation
+    def list_topics(self) -> Steps[list[TopicInfo]]:
+        return self._send(_list())
 
-    def describe_topic(self, name: str) -> TopicInfo:
+    @operation
+    def describe_topic(self, name: str) -> Steps[TopicInfo]:
         """The topic with each partition's earliest and latest offsets."""
-        return self._call(_describe(name))  # type: ignore[no-any-return]
+        return self._send(_describe(name))
 
+    @operation
     def alter_topic(
         self,
         name: str,
@@ -188,26 +206,31 @@ class Admin:
         partitions: int | None = None,
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
-    ) -> TopicInfo:
+    ) -> Steps[TopicInfo]:
         """Add partitions (never fewer) or change retention."""
-        return self._call(_alter(name, _changes(partitions, retention_ms, retention_bytes)))  # type: ignore[no-any-return]
+        return self._send(_alter(name, _changes(partitions, retention_ms, retention_bytes)))
 
-    def delete_topic(self, name: str) -> None:
-        self._call(_delete(name))
+    @operation
+    def delete_topic(self, name: str) -> Steps[None]:
+        return self._send(_delete(name))
 
-    def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> dict[str, int]:
+    @operation
+    def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> Steps[dict[str, int]]:
         """``{"earliest", "latest", "session"}``, and ``"offset"``: the first at or after ``timestamp`` (ms)
         if given. ``session`` is the partition's load session (it changes when the partition moves)."""
-        return self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
+        return self._send(offsets_call(topic, partition, timestamp))
 
-    def list_groups(self) -> list[str]:
+    @operation
+    def list_groups(self) -> Steps[list[str]]:
         """Names of the consumer groups that ever joined (with auth on: those the caller may use)."""
-        return self._call(_list_groups())  # type: ignore[no-any-return]
+        return self._send(_list_groups())
 
-    def describe_group(self, name: str) -> dict[str, Any]:
+    @operation
+    def describe_group(self, name: str) -> Steps[dict[str, Any]]:
         """Members, their assignment, and per partition the committed offset, high watermark and lag."""
-        return self._call(_describe_group(name))  # type: ignore[no-any-return]
+        return self._send(_describe_group(name))
 
+    @operation
     def reset_offsets(
         self,
         group: str,
@@ -217,88 +240,97 @@ class Admin:
         partition: int | None = None,
         offset: int | None = None,
         timestamp: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> Steps[list[dict[str, Any]]]:
         """Move the group's committed offsets of ``topic`` (or one partition) to ``"earliest"``, ``"latest"``,
         an ``"offset"`` or a ``"timestamp"`` (ms). The group must have no active members (409 otherwise)."""
-        return self._call(_reset_offsets(group, topic, to, partition, offset, timestamp))  # type: ignore[no-any-return]
+        return self._send(_reset_offsets(group, topic, to, partition, offset, timestamp))
 
-    def connector_offsets(self, connector: str) -> dict[str, dict[str, Any]]:
+    @operation
+    def connector_offsets(self, connector: str) -> Steps[dict[str, dict[str, Any]]]:
         """The connector's checkpoints, task → document (this token's tenant's connector of that name)."""
-        return self._call(_connector_offsets(connector))  # type: ignore[no-any-return]
+        return self._send(_connector_offsets(connector))
 
-    def save_connector_offsets(self, connector: str, task: str, checkpoint: dict[str, Any] | None) -> None:
+    @operation
+    def save_connector_offsets(self, connector: str, task: str, checkpoint: dict[str, Any] | None) -> Steps[None]:
         """Save one task's checkpoint (None removes it); durable when this returns."""
-        self._call(_save_connector_offsets(connector, task, checkpoint))
-
-    def close(self) -> None:
-        self._transport.close()
-
-    def __enter__(self) -> Admin:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
+        return self._send(_save_connector_offsets(connector, task, checkpoint))
 
     # ---------------------------------------------------------------- tenants, tokens, grants, quotas
     # The admin token manages everything; a tenant's token manages its own tokens, grants on its topics,
     # reads its quotas and asks for more.
 
-    def whoami(self) -> dict[str, Any]:
+    @operation
+    def whoami(self) -> Steps[dict[str, Any]]:
         """``{"tenant", "admin", "token_id", "auth"}`` of the token this client sends."""
-        return self._call(calls.whoami())  # type: ignore[no-any-return]
+        return self._send(calls.whoami())
 
+    @operation
     def create_tenant(
         self, name: str, *, description: str = "", quota: dict[str, float] | None = None
-    ) -> dict[str, Any]:
-        return self._call(calls.create_tenant(name, description, quota))  # type: ignore[no-any-return]
+    ) -> Steps[dict[str, Any]]:
+        return self._send(calls.create_tenant(name, description, quota))
 
-    def list_tenants(self) -> list[dict[str, Any]]:
-        return self._call(calls.list_tenants())  # type: ignore[no-any-return]
+    @operation
+    def list_tenants(self) -> Steps[list[dict[str, Any]]]:
+        return self._send(calls.list_tenants())
 
-    def delete_tenant(self, name: str) -> None:
-        self._call(calls.delete_tenant(name))
+    @operation
+    def delete_tenant(self, name: str) -> Steps[None]:
+        return self._send(calls.delete_tenant(name))
 
-    def create_token(self, tenant: str, *, name: str = "") -> dict[str, Any]:
+    @operation
+    def create_token(self, tenant: str, *, name: str = "") -> Steps[dict[str, Any]]:
         """A new token of ``tenant``; ``["token"]`` is the secret, shown this once."""
-        return self._call(calls.create_token(tenant, name))  # type: ignore[no-any-return]
+        return self._send(calls.create_token(tenant, name))
 
-    def list_tokens(self, tenant: str) -> list[dict[str, Any]]:
-        return self._call(calls.list_tokens(tenant))  # type: ignore[no-any-return]
+    @operation
+    def list_tokens(self, tenant: str) -> Steps[list[dict[str, Any]]]:
+        return self._send(calls.list_tokens(tenant))
 
-    def revoke_token(self, tenant: str, token_id: str) -> None:
-        self._call(calls.revoke_token(tenant, token_id))
+    @operation
+    def revoke_token(self, tenant: str, token_id: str) -> Steps[None]:
+        return self._send(calls.revoke_token(tenant, token_id))
 
-    def grant(self, topic: str, tenant: str, actions: list[str]) -> dict[str, Any]:
+    @operation
+    def grant(self, topic: str, tenant: str, actions: list[str]) -> Steps[dict[str, Any]]:
         """Let ``tenant`` produce / consume / admin ``topic`` (a name, ``prefix*`` or ``*``)."""
-        return self._call(calls.grant(topic, tenant, actions))  # type: ignore[no-any-return]
+        return self._send(calls.grant(topic, tenant, actions))
 
-    def revoke(self, topic: str, tenant: str, actions: list[str] | None = None) -> None:
-        self._call(calls.revoke(topic, tenant, actions))
+    @operation
+    def revoke(self, topic: str, tenant: str, actions: list[str] | None = None) -> Steps[None]:
+        return self._send(calls.revoke(topic, tenant, actions))
 
-    def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
-        return self._call(calls.list_acls(topic, tenant))  # type: ignore[no-any-return]
+    @operation
+    def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> Steps[list[dict[str, Any]]]:
+        return self._send(calls.list_acls(topic, tenant))
 
-    def grant_group(self, group: str, tenant: str) -> dict[str, Any]:
+    @operation
+    def grant_group(self, group: str, tenant: str) -> Steps[dict[str, Any]]:
         """Let ``tenant`` use consumer group ``group`` (one the caller owns): join, commit, reset, describe,
         and its retry and dead-letter topics."""
-        return self._call(calls.grant_group(group, tenant))  # type: ignore[no-any-return]
+        return self._send(calls.grant_group(group, tenant))
 
-    def revoke_group(self, group: str, tenant: str) -> None:
-        self._call(calls.revoke_group(group, tenant))
+    @operation
+    def revoke_group(self, group: str, tenant: str) -> Steps[None]:
+        return self._send(calls.revoke_group(group, tenant))
 
-    def list_group_acls(self, *, group: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
-        return self._call(calls.list_group_acls(group, tenant))  # type: ignore[no-any-return]
+    @operation
+    def list_group_acls(self, *, group: str | None = None, tenant: str | None = None) -> Steps[list[dict[str, Any]]]:
+        return self._send(calls.list_group_acls(group, tenant))
 
-    def quotas(self, tenant: str) -> dict[str, Any]:
-        return self._call(calls.quotas(tenant))  # type: ignore[no-any-return]
+    @operation
+    def quotas(self, tenant: str) -> Steps[dict[str, Any]]:
+        return self._send(calls.quotas(tenant))
 
+    @operation
     def set_quota(
-        self, *, tenant: str | None = None, topic: str | None = None, **limits: float | None
-    ) -> dict[str, Any]:
+        self, /, *, tenant: str | None = None, topic: str | None = None, **limits: float | None
+    ) -> Steps[dict[str, Any]]:
         """Set limits (``produce_bytes_per_s``, ``fetch_bytes_per_s``, ``requests_per_s``, ``partitions``;
         None = unlimited) of a tenant or a topic."""
-        return self._call(calls.set_quota(tenant, topic, limits))  # type: ignore[no-any-return]
+        return self._send(calls.set_quota(tenant, topic, limits))
 
+    @operation
     def request_quota(
         self,
         resource: str,
@@ -307,181 +339,27 @@ class Admin:
         topic: str | None = None,
         tenant: str | None = None,
         justification: str = "",
-    ) -> dict[str, Any]:
+    ) -> Steps[dict[str, Any]]:
         """Ask for a new limit; the answer holds the decision (``status``, ``reason``)."""
-        call = calls.request_quota(resource, requested, topic, tenant, justification)
-        return self._call(call)  # type: ignore[no-any-return]
+        return self._send(calls.request_quota(resource, requested, topic, tenant, justification))
 
-    def quota_requests(self, *, status: str | None = None) -> list[dict[str, Any]]:
-        return self._call(calls.quota_requests(status))  # type: ignore[no-any-return]
+    @operation
+    def quota_requests(self, *, status: str | None = None) -> Steps[list[dict[str, Any]]]:
+        return self._send(calls.quota_requests(status))
 
-    def decide_quota_request(self, request_id: int, *, approve: bool, reason: str = "") -> dict[str, Any]:
-        return self._call(calls.decide(request_id, approve, reason))  # type: ignore[no-any-return]
+    @operation
+    def decide_quota_request(self, request_id: int, *, approve: bool, reason: str = "") -> Steps[dict[str, Any]]:
+        return self._send(calls.decide(request_id, approve, reason))
 
-    def audit(self, *, limit: int = 200) -> list[dict[str, Any]]:
+    @operation
+    def audit(self, *, limit: int = 200) -> Steps[list[dict[str, Any]]]:
         """The audit log, newest first."""
-        return self._call(calls.audit(limit))  # type: ignore[no-any-return]
+        return self._send(calls.audit(limit))
 
 
-class AsyncAdmin:
-    """The asyncio twin of :class:`Admin`."""
+class Admin(Blocking, _Admin[Transport]):
+    __doc__ = _Admin.__doc__
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        *,
-        timeout: float = 30.0,
-        transport: AsyncTransport | None = None,
-        token: str | None = None,
-    ) -> None:
-        self.url = url.rstrip("/")
-        self._timeout = timeout
-        self._transport = authorized_async(transport or AiohttpTransport(timeout=timeout), token)
 
-    async def _call(self, call: _Call) -> Any:
-        response = await self._transport.request(
-            call.method, self.url + call.path, params=call.params, body=call.body, headers=_JSON, timeout=self._timeout
-        )
-        return call.read(check(response))
-
-    async def create_topic(
-        self, name: str, *, partitions: int = 1, retention_ms: int | None = None, retention_bytes: int | None = None
-    ) -> TopicInfo:
-        return await self._call(_create(name, partitions, retention_ms, retention_bytes))  # type: ignore[no-any-return]
-
-    async def list_topics(self) -> list[TopicInfo]:
-        return await self._call(_list())  # type: ignore[no-any-return]
-
-    async def describe_topic(self, name: str) -> TopicInfo:
-        return await self._call(_describe(name))  # type: ignore[no-any-return]
-
-    async def alter_topic(
-        self,
-        name: str,
-        *,
-        partitions: int | None = None,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-    ) -> TopicInfo:
-        return await self._call(_alter(name, _changes(partitions, retention_ms, retention_bytes)))  # type: ignore[no-any-return]
-
-    async def delete_topic(self, name: str) -> None:
-        await self._call(_delete(name))
-
-    async def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> dict[str, int]:
-        return await self._call(_offsets(topic, partition, timestamp))  # type: ignore[no-any-return]
-
-    async def list_groups(self) -> list[str]:
-        return await self._call(_list_groups())  # type: ignore[no-any-return]
-
-    async def describe_group(self, name: str) -> dict[str, Any]:
-        return await self._call(_describe_group(name))  # type: ignore[no-any-return]
-
-    async def reset_offsets(
-        self,
-        group: str,
-        topic: str,
-        *,
-        to: str,
-        partition: int | None = None,
-        offset: int | None = None,
-        timestamp: int | None = None,
-    ) -> list[dict[str, Any]]:
-        return await self._call(_reset_offsets(group, topic, to, partition, offset, timestamp))  # type: ignore[no-any-return]
-
-    async def connector_offsets(self, connector: str) -> dict[str, dict[str, Any]]:
-        return await self._call(_connector_offsets(connector))  # type: ignore[no-any-return]
-
-    async def save_connector_offsets(self, connector: str, task: str, checkpoint: dict[str, Any] | None) -> None:
-        await self._call(_save_connector_offsets(connector, task, checkpoint))
-
-    async def close(self) -> None:
-        await self._transport.close()
-
-    async def __aenter__(self) -> AsyncAdmin:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    # ---------------------------------------------------------------- tenants, tokens, grants, quotas
-    # The admin token manages everything; a tenant's token manages its own tokens, grants on its topics,
-    # reads its quotas and asks for more.
-
-    async def whoami(self) -> dict[str, Any]:
-        """``{"tenant", "admin", "token_id", "auth"}`` of the token this client sends."""
-        return await self._call(calls.whoami())  # type: ignore[no-any-return]
-
-    async def create_tenant(
-        self, name: str, *, description: str = "", quota: dict[str, float] | None = None
-    ) -> dict[str, Any]:
-        return await self._call(calls.create_tenant(name, description, quota))  # type: ignore[no-any-return]
-
-    async def list_tenants(self) -> list[dict[str, Any]]:
-        return await self._call(calls.list_tenants())  # type: ignore[no-any-return]
-
-    async def delete_tenant(self, name: str) -> None:
-        await self._call(calls.delete_tenant(name))
-
-    async def create_token(self, tenant: str, *, name: str = "") -> dict[str, Any]:
-        """A new token of ``tenant``; ``["token"]`` is the secret, shown this once."""
-        return await self._call(calls.create_token(tenant, name))  # type: ignore[no-any-return]
-
-    async def list_tokens(self, tenant: str) -> list[dict[str, Any]]:
-        return await self._call(calls.list_tokens(tenant))  # type: ignore[no-any-return]
-
-    async def revoke_token(self, tenant: str, token_id: str) -> None:
-        await self._call(calls.revoke_token(tenant, token_id))
-
-    async def grant(self, topic: str, tenant: str, actions: list[str]) -> dict[str, Any]:
-        """Let ``tenant`` produce / consume / admin ``topic`` (a name, ``prefix*`` or ``*``)."""
-        return await self._call(calls.grant(topic, tenant, actions))  # type: ignore[no-any-return]
-
-    async def revoke(self, topic: str, tenant: str, actions: list[str] | None = None) -> None:
-        await self._call(calls.revoke(topic, tenant, actions))
-
-    async def list_acls(self, *, topic: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
-        return await self._call(calls.list_acls(topic, tenant))  # type: ignore[no-any-return]
-
-    async def grant_group(self, group: str, tenant: str) -> dict[str, Any]:
-        """See :meth:`Admin.grant_group`."""
-        return await self._call(calls.grant_group(group, tenant))  # type: ignore[no-any-return]
-
-    async def revoke_group(self, group: str, tenant: str) -> None:
-        await self._call(calls.revoke_group(group, tenant))
-
-    async def list_group_acls(self, *, group: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
-        return await self._call(calls.list_group_acls(group, tenant))  # type: ignore[no-any-return]
-
-    async def quotas(self, tenant: str) -> dict[str, Any]:
-        return await self._call(calls.quotas(tenant))  # type: ignore[no-any-return]
-
-    async def set_quota(
-        self, *, tenant: str | None = None, topic: str | None = None, **limits: float | None
-    ) -> dict[str, Any]:
-        """Set limits (``produce_bytes_per_s``, ``fetch_bytes_per_s``, ``requests_per_s``, ``partitions``;
-        None = unlimited) of a tenant or a topic."""
-        return await self._call(calls.set_quota(tenant, topic, limits))  # type: ignore[no-any-return]
-
-    async def request_quota(
-        self,
-        resource: str,
-        requested: float,
-        *,
-        topic: str | None = None,
-        tenant: str | None = None,
-        justification: str = "",
-    ) -> dict[str, Any]:
-        """Ask for a new limit; the answer holds the decision (``status``, ``reason``)."""
-        call = calls.request_quota(resource, requested, topic, tenant, justification)
-        return await self._call(call)  # type: ignore[no-any-return]
-
-    async def quota_requests(self, *, status: str | None = None) -> list[dict[str, Any]]:
-        return await self._call(calls.quota_requests(status))  # type: ignore[no-any-return]
-
-    async def decide_quota_request(self, request_id: int, *, approve: bool, reason: str = "") -> dict[str, Any]:
-        return await self._call(calls.decide(request_id, approve, reason))  # type: ignore[no-any-return]
-
-    async def audit(self, *, limit: int = 200) -> list[dict[str, Any]]:
-        """The audit log, newest first."""
-        return await self._call(calls.audit(limit))  # type: ignore[no-any-return]
+class AsyncAdmin(Asynchronous, _Admin[AsyncTransport]):
+    """The asyncio twin of :class:`Admin`: the same methods, awaited."""

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from talos._transport import Response
 
 __all__ = ["Call"]
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class Call(Generic[T]):
     method: str
     path: str
-    read: Callable[[Response], Any]
+    read: Callable[[Response], T]
     body: bytes | None = None
     params: dict[str, str | int] | None = None

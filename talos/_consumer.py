@@ -20,12 +20,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, Self
 from urllib.parse import quote
 
 import orjson
 
-from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
+from talos._admin import DEFAULT_URL, offsets_call, send
+from talos._clients import Asynchronous, Blocking, operation
 from talos._codec import RecordData, decode_batches, encode_batch
 from talos._errors import (
     BatchError,
@@ -49,17 +50,8 @@ from talos._group import (
     retry_record,
 )
 from talos._routing import RouteTable, refresh_steps
-from talos._steps import Request, Steps, http, pause, run, run_async
-from talos._transport import (
-    AiohttpTransport,
-    AsyncTransport,
-    Response,
-    Transport,
-    Urllib3Transport,
-    authorized,
-    authorized_async,
-    check,
-)
+from talos._steps import Request, Steps, http, pause
+from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
 
 __all__ = ["AsyncConsumer", "Consumer", "Message"]
 
@@ -468,19 +460,7 @@ class _Waker(Protocol):
     def set(self) -> None: ...
 
 
-class _Client(Protocol):
-    """What the steps below use of either consumer."""
-
-    _routes: RouteTable
-    _state: _State
-    _timeout: float
-    _max_bytes: int
-
-    @property
-    def _wake(self) -> _Waker: ...  # a threading or an asyncio Event: the heartbeat's alarm
-
-
-def _partitions_of(client: _Client, topics: list[str]) -> Steps[list[TopicPartition]]:
+def _partitions_of(client: _Consumer[Any], topics: list[str]) -> Steps[list[TopicPartition]]:
     """Every partition of ``topics`` (explicit mode: no group assigns them)."""
     out: list[TopicPartition] = []
     for topic in topics:
@@ -489,7 +469,7 @@ def _partitions_of(client: _Client, topics: list[str]) -> Steps[list[TopicPartit
     return out
 
 
-def _call(client: _Client, call: GroupCall) -> Steps[Any]:
+def _call(client: _Consumer[Any], call: GroupCall) -> Steps[Any]:
     try:
         return check((yield from http(Request(**_group_request(client._routes, call, client._timeout))))).json()
     except TransportError:
@@ -497,7 +477,7 @@ def _call(client: _Client, call: GroupCall) -> Steps[Any]:
         raise
 
 
-def _beat(client: _Client, *, first: bool = False) -> Steps[None]:
+def _beat(client: _Consumer[Any], *, first: bool = False) -> Steps[None]:
     membership = client._state.group()
     sent = time.monotonic()
     try:
@@ -508,7 +488,7 @@ def _beat(client: _Client, *, first: bool = False) -> Steps[None]:
     membership.expire(time.monotonic())
 
 
-def _rebalance(client: _Client) -> Steps[None]:
+def _rebalance(client: _Consumer[Any]) -> Steps[None]:
     """Act on what the heartbeats learned: revoke (commit, callback, release), start what was assigned."""
     state = client._state
     changes = state.take_changes()
@@ -524,7 +504,7 @@ def _rebalance(client: _Client) -> Steps[None]:
 
 
 def _commit(
-    client: _Client, offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
+    client: _Consumer[Any], offsets: Mapping[tuple[str, int], int] | None, tps: Iterable[TopicPartition] | None = None
 ) -> Steps[None]:
     call, positions = client._state.commit_call(offsets, tps)
     if call is None:
@@ -536,20 +516,20 @@ def _commit(
     client._state.committed.update(positions)
 
 
-def _commit_quietly(client: _Client, tps: Iterable[TopicPartition] | None = None) -> Steps[None]:
+def _commit_quietly(client: _Consumer[Any], tps: Iterable[TopicPartition] | None = None) -> Steps[None]:
     try:
         yield from _commit(client, None, tps)
     except TalosError as exc:
         log.warning("auto-commit failed: %s", exc)
 
 
-def _retry(client: _Client, message: Message, delay: float, reason: str) -> Steps[str]:
+def _retry(client: _Consumer[Any], message: Message, delay: float, reason: str) -> Steps[str]:
     topic, request = client._state.retry_request(client._routes, message, delay, reason, client._timeout)
     check((yield from http(Request(**request))))
     return topic
 
 
-def _position(client: _Client, topic: str, partition: int) -> Steps[int]:
+def _position(client: _Consumer[Any], topic: str, partition: int) -> Steps[int]:
     positions = client._state.positions
     key = (topic, partition)
     if key not in positions.next:
@@ -558,7 +538,7 @@ def _position(client: _Client, topic: str, partition: int) -> Steps[int]:
     return positions.next[key]
 
 
-def _fetch(client: _Client, topic: str, partition: int, wait_ms: int) -> Steps[list[Message]]:
+def _fetch(client: _Consumer[Any], topic: str, partition: int, wait_ms: int) -> Steps[list[Message]]:
     try:
         offset = yield from _position(client, topic, partition)
         yield from refresh_steps(client._routes, topic)
@@ -570,7 +550,7 @@ def _fetch(client: _Client, topic: str, partition: int, wait_ms: int) -> Steps[l
         return []
 
 
-def _hand_out(client: _Client, max_messages: int, *, mark: bool) -> Steps[list[Message]]:
+def _hand_out(client: _Consumer[Any], max_messages: int, *, mark: bool) -> Steps[list[Message]]:
     """What ``poll`` returns; the messages that ran out of retries go to the dead-letter topic first."""
     state = client._state
     out = state.hand_out(max_messages, mark=mark)
@@ -585,7 +565,7 @@ def _hand_out(client: _Client, max_messages: int, *, mark: bool) -> Steps[list[M
     return out
 
 
-def _leave(membership: Membership, client: _Client) -> Steps[None]:
+def _leave(membership: Membership, client: _Consumer[Any]) -> Steps[None]:
     """Leave the group, so its partitions move at once (else they move when the session expires)."""
     leave = membership.leave_call()
     if leave is not None:
@@ -595,23 +575,11 @@ def _leave(membership: Membership, client: _Client) -> Steps[None]:
             log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
 
 
-class Consumer:
-    """Read topics (all their partitions), explicit ``(topic, partition)`` pairs, or as a group member.
+class _Consumer(Generic[AnyTransport]):
+    """What both consumers are: settings, state and the group calls; the twins add how they wait."""
 
-    >>> with Consumer("http://127.0.0.1:8080", group="billing", topics=["orders"]) as consumer:
-    ...     for message in consumer:
-    ...         print(message.offset, message.value)
-    ...         consumer.commit()
-
-    Group options: ``auto_commit`` (every ``auto_commit_interval_s``, on revocation and on close),
-    ``session_timeout_s`` (locks expire this long after the last heartbeat), ``on_assign``/``on_revoke``/
-    ``on_lost`` (called from ``poll`` with the partitions; lost: the lock expired before a heartbeat could
-    renew it, so committing is no longer possible), ``broadcast`` (every member gets every partition; offsets
-    are kept per ``instance``), ``max_retries`` (for :meth:`retry`).
-
-    ``token=`` is the bearer token for servers with auth on (default: ``TALOS_TOKEN``). A partition over
-    its fetch quota is read again after the wait the 429 names.
-    """
+    _transport: AnyTransport
+    _wake: _Waker  # a threading or an asyncio Event: the heartbeat's alarm
 
     def __init__(
         self,
@@ -634,27 +602,24 @@ class Consumer:
         wait_ms: int = 500,
         request_timeout_s: float = 30.0,
         route_to_owner: bool = True,
-        transport: Transport | None = None,
+        transport: AnyTransport | None = None,
         token: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        topic_list, assigned = list(topics), list(partitions)
+        self._topics, assigned = list(topics), list(partitions)
         membership = _membership(
             group,
-            topic_list,
+            self._topics,
             assigned,
             session_timeout_s=session_timeout_s,
             broadcast=broadcast,
             instance=instance,
         )
-        self._transport = authorized(transport or Urllib3Transport(pool_size=32, timeout=request_timeout_s), token)
-        self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._transport = self._connect(transport, token, request_timeout_s, 32)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._timeout = request_timeout_s
-        if membership is None:
-            assigned += run(_partitions_of(self, topic_list), self._transport)
         self._state = _State(
             start=start,
             partitions=assigned,
@@ -666,12 +631,83 @@ class Consumer:
             on_lost=on_lost,
             max_retries=max_retries,
         )
-        self._pool = concurrent.futures.ThreadPoolExecutor(max(len(assigned), 8), thread_name_prefix="talos-fetch")
-        self._inflight: dict[TopicPartition, concurrent.futures.Future[list[Message]]] = {}
         self._closed = False
-        self._wake = threading.Event()
+        self._begin()
+
+    def _connect(self, transport: AnyTransport | None, token: str | None, timeout: float, pool: int) -> AnyTransport:
+        raise NotImplementedError  # Blocking or Asynchronous
+
+    def _begin(self) -> None:
+        """What the twin does once constructed (the blocking one joins now, the asyncio one on first use)."""
+
+    # ---------------------------------------------------------------- group membership
+
+    @operation
+    def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> Steps[None]:
+        """Commit what ``poll`` handed out (or ``offsets``: partition → next offset to read).
+
+        Raises :class:`CommitFailedError` if this member no longer holds a partition (revoked, or its lock
+        expired): those messages will be delivered again to the partition's next holder."""
+        return _commit(self, offsets)
+
+    @operation
+    def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> Steps[str]:
+        """Redeliver ``message`` to this group after ``delay`` seconds (through the group's retry topic);
+        after ``max_retries`` retries it goes to the dead-letter topic instead. Returns the topic used."""
+        return _retry(self, message, delay, reason)
+
+    # ---------------------------------------------------------------- positions
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._state.assignment(time.monotonic())
+
+    @operation
+    def position(self, topic: str, partition: int) -> Steps[int]:
+        return _position(self, topic, partition)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._state.seek((topic, partition), offset)
+
+    @operation
+    def seek_to_timestamp(self, timestamp_ms: int) -> Steps[None]:
+        return _seek_all(self, "offset", timestamp_ms)
+
+
+def _seek_all(client: _Consumer[Any], field: str, timestamp_ms: int | None = None) -> Steps[None]:
+    """Move every assigned partition to its ``earliest``, ``latest`` or first ``offset`` at a time."""
+    for topic, partition in client.assignment:
+        answer = yield from send(client.url, offsets_call(topic, partition, timestamp_ms), client._timeout)
+        client.seek(topic, partition, answer[field])
+
+
+class Consumer(Blocking, _Consumer[Transport]):
+    """Read topics (all their partitions), explicit ``(topic, partition)`` pairs, or as a group member.
+
+    >>> with Consumer("http://127.0.0.1:8080", group="billing", topics=["orders"]) as consumer:
+    ...     for message in consumer:
+    ...         print(message.offset, message.value)
+    ...         consumer.commit()
+
+    Group options: ``auto_commit`` (every ``auto_commit_interval_s``, on revocation and on close),
+    ``session_timeout_s`` (locks expire this long after the last heartbeat), ``on_assign``/``on_revoke``/
+    ``on_lost`` (called from ``poll`` with the partitions; lost: the lock expired before a heartbeat could
+    renew it, so committing is no longer possible), ``broadcast`` (every member gets every partition; offsets
+    are kept per ``instance``), ``max_retries`` (for :meth:`retry`).
+
+    ``token=`` is the bearer token for servers with auth on (default: ``TALOS_TOKEN``). A partition over
+    its fetch quota is read again after the wait the 429 names.
+    """
+
+    def _begin(self) -> None:
+        state = self._state
+        if state.membership is None:
+            state.static += self._run(_partitions_of(self, self._topics))
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(len(state.static), 8), thread_name_prefix="talos-fetch")
+        self._inflight: dict[TopicPartition, concurrent.futures.Future[list[Message]]] = {}
+        self._wake: threading.Event = threading.Event()
         self._heartbeats: threading.Thread | None = None
-        if membership is not None:
+        if state.membership is not None:
             self._beat(first=True)  # join now: a bad group name or topic fails here, not later
             self._heartbeats = threading.Thread(target=self._heartbeat_loop, name="talos-heartbeat", daemon=True)
             self._heartbeats.start()
@@ -679,7 +715,7 @@ class Consumer:
     # ---------------------------------------------------------------- group membership
 
     def _beat(self, *, first: bool = False) -> None:
-        run(_beat(self, first=first), self._transport)
+        self._run(_beat(self, first=first))
 
     def _heartbeat_loop(self) -> None:
         membership = self._state.membership
@@ -690,46 +726,20 @@ class Consumer:
             if not self._closed:
                 self._beat()
 
-    def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
-        """Commit what ``poll`` handed out (or ``offsets``: partition → next offset to read).
-
-        Raises :class:`CommitFailedError` if this member no longer holds a partition (revoked, or its lock
-        expired): those messages will be delivered again to the partition's next holder."""
-        run(_commit(self, offsets), self._transport)
-
-    def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
-        """Redeliver ``message`` to this group after ``delay`` seconds (through the group's retry topic);
-        after ``max_retries`` retries it goes to the dead-letter topic instead. Returns the topic used."""
-        return run(_retry(self, message, delay, reason), self._transport)
-
     # ---------------------------------------------------------------- positions
 
-    @property
-    def assignment(self) -> list[tuple[str, int]]:
-        return self._state.assignment(time.monotonic())
+    @operation
+    def seek_to_beginning(self) -> Steps[None]:
+        return _seek_all(self, "earliest")
 
-    def position(self, topic: str, partition: int) -> int:
-        return run(_position(self, topic, partition), self._transport)
-
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        self._state.seek((topic, partition), offset)
-
-    def seek_to_beginning(self) -> None:
-        for topic, partition in self.assignment:
-            self.seek(topic, partition, self._admin.offsets(topic, partition)["earliest"])
-
-    def seek_to_end(self) -> None:
-        for topic, partition in self.assignment:
-            self.seek(topic, partition, self._admin.offsets(topic, partition)["latest"])
-
-    def seek_to_timestamp(self, timestamp_ms: int) -> None:
-        for topic, partition in self.assignment:
-            self.seek(topic, partition, self._admin.offsets(topic, partition, timestamp=timestamp_ms)["offset"])
+    @operation
+    def seek_to_end(self) -> Steps[None]:
+        return _seek_all(self, "latest")
 
     # ---------------------------------------------------------------- fetching
 
     def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        return run(_fetch(self, topic, partition, wait_ms), self._transport)
+        return self._run(_fetch(self, topic, partition, wait_ms))
 
     def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         """Messages from any assigned partition, waiting up to ``timeout`` seconds for some to arrive."""
@@ -738,8 +748,8 @@ class Consumer:
     def _poll(self, timeout: float, max_messages: int, *, mark: bool) -> list[Message]:
         state = self._state
         if state.commit_due():
-            run(_commit_quietly(self), self._transport)
-        run(_rebalance(self), self._transport)
+            self._run(_commit_quietly(self))
+        self._run(_rebalance(self))
         deadline = time.monotonic() + timeout
         while not state.buffer:
             now = time.monotonic()
@@ -760,10 +770,10 @@ class Consumer:
                     if future in done:
                         del self._inflight[key]
                         state.received(key, future.result())
-            run(_rebalance(self), self._transport)
+            self._run(_rebalance(self))
             if state.buffer or time.monotonic() >= deadline:
                 break
-        return run(_hand_out(self, max_messages, mark=mark), self._transport)
+        return self._run(_hand_out(self, max_messages, mark=mark))
 
     def __iter__(self) -> Iterator[Message]:
         # Checked per message: a partition revoked or expired while the loop body ran is not handed out.
@@ -779,81 +789,24 @@ class Consumer:
         membership = self._state.membership
         if membership is not None:
             if self._state.auto_commit:
-                run(_commit_quietly(self), self._transport)
+                self._run(_commit_quietly(self))
             self._closed = True
             self._wake.set()
             if self._heartbeats is not None:
                 self._heartbeats.join(timeout=self._timeout)
-            run(_leave(membership, self), self._transport)
+            self._run(_leave(membership, self))
         self._closed = True
         self._pool.shutdown(wait=True)  # in-flight long polls end within wait_ms
         self._transport.close()
 
-    def __enter__(self) -> Consumer:
-        return self
 
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
-class AsyncConsumer:
+class AsyncConsumer(Asynchronous, _Consumer[AsyncTransport]):
     """The asyncio twin of :class:`Consumer`: ``await consumer.poll()`` or ``async for message in consumer``."""
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        *,
-        topics: Iterable[str] = (),
-        partitions: Iterable[tuple[str, int]] = (),
-        group: str | None = None,
-        start: str = "earliest",
-        auto_commit: bool = True,
-        auto_commit_interval_s: float = 5.0,
-        session_timeout_s: float = 10.0,
-        on_assign: Callback | None = None,
-        on_revoke: Callback | None = None,
-        on_lost: Callback | None = None,
-        broadcast: bool = False,
-        instance: str | None = None,
-        max_retries: int = 3,
-        max_bytes: int = 1024 * 1024,
-        wait_ms: int = 500,
-        request_timeout_s: float = 30.0,
-        route_to_owner: bool = True,
-        transport: AsyncTransport | None = None,
-        token: str | None = None,
-    ) -> None:
-        self.url = url.rstrip("/")
-        self._topics, assigned = list(topics), list(partitions)
-        membership = _membership(
-            group,
-            self._topics,
-            assigned,
-            session_timeout_s=session_timeout_s,
-            broadcast=broadcast,
-            instance=instance,
-        )
-        self._transport = authorized_async(transport or AiohttpTransport(timeout=request_timeout_s), token)
-        self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
-        self._routes = RouteTable(self.url, direct=route_to_owner)
-        self._state = _State(
-            start=start,
-            partitions=assigned,
-            membership=membership,
-            auto_commit=auto_commit,
-            auto_commit_interval_s=auto_commit_interval_s,
-            on_assign=on_assign,
-            on_revoke=on_revoke,
-            on_lost=on_lost,
-            max_retries=max_retries,
-        )
+    def _begin(self) -> None:
         self._started = False
-        self._max_bytes = max_bytes
-        self._wait_ms = wait_ms
-        self._timeout = request_timeout_s
         self._inflight: dict[TopicPartition, asyncio.Task[list[Message]]] = {}
-        self._closed = False
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
@@ -862,7 +815,7 @@ class AsyncConsumer:
             return
         self._started = True
         if self._state.membership is None:
-            self._state.static += await run_async(_partitions_of(self, self._topics), self._transport)
+            self._state.static += await self._run(_partitions_of(self, self._topics))
             return
         await self._beat(first=True)
         self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
@@ -870,7 +823,7 @@ class AsyncConsumer:
     # ---------------------------------------------------------------- group membership
 
     async def _beat(self, *, first: bool = False) -> None:
-        await run_async(_beat(self, first=first), self._transport)
+        await self._run(_beat(self, first=first))
 
     async def _heartbeat_loop(self) -> None:
         membership = self._state.membership
@@ -882,35 +835,10 @@ class AsyncConsumer:
             if not self._closed:
                 await self._beat()
 
-    async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
-        """See :meth:`Consumer.commit`."""
-        await run_async(_commit(self, offsets), self._transport)
-
-    async def retry(self, message: Message, *, delay: float = 0.0, reason: str = "") -> str:
-        """See :meth:`Consumer.retry`."""
-        return await run_async(_retry(self, message, delay, reason), self._transport)
-
-    # ---------------------------------------------------------------- positions
-
-    @property
-    def assignment(self) -> list[tuple[str, int]]:
-        return self._state.assignment(time.monotonic())
-
-    async def position(self, topic: str, partition: int) -> int:
-        return await run_async(_position(self, topic, partition), self._transport)
-
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        self._state.seek((topic, partition), offset)
-
-    async def seek_to_timestamp(self, timestamp_ms: int) -> None:
-        for topic, partition in self.assignment:
-            answer = await self._admin.offsets(topic, partition, timestamp=timestamp_ms)
-            self.seek(topic, partition, answer["offset"])
-
     # ---------------------------------------------------------------- fetching
 
     async def _fetch(self, topic: str, partition: int, wait_ms: int) -> list[Message]:
-        return await run_async(_fetch(self, topic, partition, wait_ms), self._transport)
+        return await self._run(_fetch(self, topic, partition, wait_ms))
 
     async def poll(self, timeout: float = 1.0, *, max_messages: int = 500) -> list[Message]:
         return await self._poll(timeout, max_messages, mark=True)
@@ -919,8 +847,8 @@ class AsyncConsumer:
         await self._start()
         state = self._state
         if state.commit_due():
-            await run_async(_commit_quietly(self), self._transport)
-        await run_async(_rebalance(self), self._transport)
+            await self._run(_commit_quietly(self))
+        await self._run(_rebalance(self))
         deadline = time.monotonic() + timeout
         loop = asyncio.get_running_loop()
         while not state.buffer:
@@ -940,10 +868,10 @@ class AsyncConsumer:
                     if task in done:
                         del self._inflight[key]
                         state.received(key, task.result())
-            await run_async(_rebalance(self), self._transport)
+            await self._run(_rebalance(self))
             if state.buffer or time.monotonic() >= deadline:
                 break
-        return await run_async(_hand_out(self, max_messages, mark=mark), self._transport)
+        return await self._run(_hand_out(self, max_messages, mark=mark))
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         while not self._closed:
@@ -957,21 +885,18 @@ class AsyncConsumer:
         membership = self._state.membership
         if membership is not None and self._started:
             if self._state.auto_commit:
-                await run_async(_commit_quietly(self), self._transport)
+                await self._run(_commit_quietly(self))
             self._closed = True
             if self._heartbeats is not None:
                 self._heartbeats.cancel()
                 await asyncio.gather(self._heartbeats, return_exceptions=True)
-            await run_async(_leave(membership, self), self._transport)
+            await self._run(_leave(membership, self))
         self._closed = True
         for task in self._inflight.values():
             task.cancel()
         await asyncio.gather(*self._inflight.values(), return_exceptions=True)
         await self._transport.close()
 
-    async def __aenter__(self) -> AsyncConsumer:
+    async def __aenter__(self) -> Self:
         await self._start()
         return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()

@@ -13,29 +13,21 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import orjson
 
 from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose_partition
-from talos._admin import DEFAULT_URL, Admin, AsyncAdmin
+from talos._admin import DEFAULT_URL
+from talos._clients import Asynchronous, Blocking, operation
 from talos._codec import RecordData, encode_batch
 from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
 from talos._routing import RouteTable, refresh_steps
-from talos._steps import Request, Steps, http, pause, run, run_async
-from talos._transport import (
-    AiohttpTransport,
-    AsyncTransport,
-    Response,
-    Transport,
-    Urllib3Transport,
-    authorized,
-    authorized_async,
-    check,
-)
+from talos._steps import Request, Steps, http, pause
+from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
 from talos._window import Accepted, PartitionWindow
 
 log = logging.getLogger("talos.producer")
@@ -44,6 +36,7 @@ __all__ = ["AsyncProducer", "Producer", "ProducerClosedError"]
 
 _BATCH_HEADERS = {"content-type": "application/vnd.talos.batch"}
 Headers = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | None]] | None
+Queued = TypeVar("Queued")  # what ``send`` returns: a future, or a coroutine giving one
 
 
 class ProducerClosedError(TalosError):
@@ -51,6 +44,9 @@ class ProducerClosedError(TalosError):
 
 
 def _record(value: bytes | str | None, key: bytes | str | None, headers: Headers, timestamp: int | None) -> RecordData:
+    if not headers and not isinstance(value, str) and not isinstance(key, str):
+        return RecordData(value, key, (), timestamp)  # the common case, without the conversions below
+
     def as_bytes(data: bytes | str | None) -> bytes | None:
         return data.encode() if isinstance(data, str) else data
 
@@ -108,20 +104,7 @@ def _init_request(url: str, producer_id: int | None) -> dict[str, Any]:
     return {"url": f"{url}/v1/producers", "body": orjson.dumps(body), "headers": {"content-type": "application/json"}}
 
 
-class _SenderSettings(Protocol):
-    url: str
-    _routes: RouteTable
-    _idempotence: Idempotence | None
-    _epoch_lock: contextlib.AbstractContextManager[Any]
-    _partitions: dict[str, int]
-    _params: dict[str, str]
-    _windows: dict[tuple[str, int], PartitionWindow]
-    _backoff_s: float
-    _delivery_timeout_s: float
-    _request_timeout_s: float
-
-
-def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dict[str, Any]:
+def _produce_request(producer: _Producer[Any, Any], batch: PendingBatch[Any]) -> dict[str, Any]:
     """Keyword arguments of the transport call that sends ``batch`` (both twins)."""
     base, route_headers = producer._routes.target(batch.topic, batch.partition)
     producer_fields = producer._idempotence.fields(batch) if producer._idempotence is not None else {}
@@ -134,14 +117,14 @@ def _produce_request(producer: _SenderSettings, batch: PendingBatch[Any]) -> dic
     }
 
 
-def _params_for(producer: _SenderSettings, batch: PendingBatch[Any]) -> dict[str, str]:
+def _params_for(producer: _Producer[Any, Any], batch: PendingBatch[Any]) -> dict[str, str]:
     window = producer._windows.get((batch.topic, batch.partition))
     if window is None or window.session is None:
         return producer._params
     return {**producer._params, "session": str(window.session)}
 
 
-def _retry_delay(producer: _SenderSettings, batch: PendingBatch[Any], error: BaseException | None) -> float | None:
+def _retry_delay(producer: _Producer[Any, Any], batch: PendingBatch[Any], error: BaseException | None) -> float | None:
     """Seconds to wait before sending ``batch`` again, or None when it is answered (stored or failed)."""
     if error is None or not _retriable(error) or time.monotonic() - batch.created >= producer._delivery_timeout_s:
         if error is not None:
@@ -178,7 +161,7 @@ def _register(url: str, producer_id: int | None) -> Steps[Idempotence]:
     return Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
 
 
-def _new_epoch(producer: _SenderSettings) -> Steps[None]:
+def _new_epoch(producer: _Producer[Any, Any]) -> Steps[None]:
     idempotence = producer._idempotence
     assert idempotence is not None
     with producer._epoch_lock:  # the blocking producer's sender threads: one asks, the others see it done
@@ -187,7 +170,7 @@ def _new_epoch(producer: _SenderSettings) -> Steps[None]:
             idempotence.restart(check((yield from http(request))).json()["producer_epoch"])  # type: ignore[index]
 
 
-def _partition_count(producer: _SenderSettings, topic: str) -> Steps[int]:
+def _partition_count(producer: _Producer[Any, Any], topic: str) -> Steps[int]:
     count = producer._partitions.get(topic)
     if count is None:
         yield from refresh_steps(producer._routes, topic, strict=True)
@@ -197,7 +180,7 @@ def _partition_count(producer: _SenderSettings, topic: str) -> Steps[int]:
 
 
 def _deliver(
-    producer: _SenderSettings, window: PartitionWindow | None, queue: list[PendingBatch[Any]]
+    producer: _Producer[Any, Any], window: PartitionWindow | None, queue: list[PendingBatch[Any]]
 ) -> Steps[BaseException | None]:
     """Send the batches in order, each retried until answered. With a window (acks="accepted") a batch
     is answered once durable; a changed session puts what was lost back at the front of the queue.
@@ -220,7 +203,7 @@ def _deliver(
     return error
 
 
-def _poll_checkpoint(producer: _SenderSettings, topic: str, partition: int, window: PartitionWindow) -> Steps[None]:
+def _poll_checkpoint(producer: _Producer[Any, Any], topic: str, partition: int, window: PartitionWindow) -> Steps[None]:
     """Ask the owner how far the window's partition is durable: confirm what is, resend what a reload lost."""
     if window.empty or window.session is None:
         return
@@ -244,22 +227,12 @@ def _poll_checkpoint(producer: _SenderSettings, topic: str, partition: int, wind
         log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
 
 
-class Producer:
-    """Send records to topics; everything is batched and sent in the background.
+class _Producer(Generic[AnyTransport, Queued]):
+    """What both producers are: settings, routes, idempotence and the accumulator; the twins add how they
+    wait and send."""
 
-    >>> with Producer("http://127.0.0.1:8080") as producer:
-    ...     future = producer.send("orders", value=b"...", key=b"customer-42")
-    ...     producer.flush()
-    ...     future.result().offset
-
-    ``idempotent=True`` asks the cluster for a producer id; every batch carries it with an epoch and a
-    per-partition sequence, so a resend after a lost acknowledgement (timeouts, failover) is stored once
-    and answered with the original offsets. ``producer_id=`` continues as an earlier producer id with a
-    new epoch, fencing any older instance that still uses it. ``route_to_owner=False`` sends everything
-    to ``url`` (which forwards) instead of straight to each partition's owner. ``token=`` is the bearer
-    token for servers with auth on (default: ``TALOS_TOKEN``); over a quota, batches wait what the 429
-    says and go again.
-    """
+    _transport: AnyTransport
+    _epoch_lock: contextlib.AbstractContextManager[Any]  # held while a new epoch is asked for
 
     def __init__(
         self,
@@ -276,37 +249,91 @@ class Producer:
         route_to_owner: bool = True,
         idempotent: bool = False,
         producer_id: int | None = None,
-        transport: Transport | None = None,
+        transport: AnyTransport | None = None,
         token: str | None = None,
     ) -> None:
         if acks not in ("durable", "accepted"):
             raise ValueError("acks must be 'durable' or 'accepted'")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
         self.url = url.rstrip("/")
-        self._transport = authorized(
-            transport or Urllib3Transport(pool_size=max_in_flight * 2, timeout=request_timeout_s), token
-        )
-        self._admin = Admin(self.url, transport=self._transport, timeout=request_timeout_s)
+        self._transport = self._connect(transport, token, request_timeout_s, max_in_flight * 2)
         self._routes = RouteTable(self.url, direct=route_to_owner)
+        self._idempotent = idempotent or producer_id is not None
+        self._producer_id = producer_id
         self._idempotence: Idempotence | None = None
-        if idempotent or producer_id is not None:
-            self._idempotence = run(_register(self.url, producer_id), self._transport)
-        self._acc: Accumulator[None] = Accumulator(batch_bytes=batch_bytes, linger_s=linger_ms / 1000)
         self._params = {"acks": acks}
         # acks="accepted": Swift's window per partition (what was accepted, until it is durable)
         self._accepted = acks == "accepted"
         self._windows: dict[tuple[str, int], PartitionWindow] = {}
+        self._batch_bytes = batch_bytes
+        self._linger_s = linger_ms / 1000
         self._buffer_bytes = buffer_bytes
+        self._max_in_flight = max_in_flight
         self._backoff_s = retry_backoff_ms / 1000
         self._delivery_timeout_s = delivery_timeout_s
         self._request_timeout_s = request_timeout_s
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
-        self._cond = threading.Condition()
-        self._epoch_lock: contextlib.AbstractContextManager[Any] = self._cond
         self._flushing = 0
         self._closed = False
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix="talos-send")
-        self._sender = threading.Thread(target=self._run, name="talos-producer", daemon=True)
+        self._begin()
+
+    def _connect(self, transport: AnyTransport | None, token: str | None, timeout: float, pool: int) -> AnyTransport:
+        raise NotImplementedError  # Blocking or Asynchronous
+
+    def _begin(self) -> None:
+        raise NotImplementedError  # the twin's accumulator, locks and sender
+
+    @operation
+    def partitions_for(self, topic: str) -> Steps[int]:
+        return _partition_count(self, topic)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Headers = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> Queued:
+        """Queue one record. The blocking producer returns a :class:`RecordFuture` at once (it has the calls
+        of ``concurrent.futures.Future``: ``result()``, ``exception()``, ``done()``, ``add_done_callback()``);
+        ``await`` the asyncio one's ``send`` for an ``asyncio.Future``. Either gives the record's
+        :class:`RecordMetadata` once stored (or the error)."""
+        return self._queue(topic, _record(value, key, headers, timestamp), partition)
+
+    def _queue(self, topic: str, record: RecordData, partition: int | None) -> Queued:
+        raise NotImplementedError  # the twin's accumulator
+
+
+class Producer(Blocking, _Producer[Transport, RecordFuture]):
+    """Send records to topics; everything is batched and sent in the background.
+
+    >>> with Producer("http://127.0.0.1:8080") as producer:
+    ...     future = producer.send("orders", value=b"...", key=b"customer-42")
+    ...     producer.flush()
+    ...     future.result().offset
+
+    ``idempotent=True`` asks the cluster for a producer id; every batch carries it with an epoch and a
+    per-partition sequence, so a resend after a lost acknowledgement (timeouts, failover) is stored once
+    and answered with the original offsets. ``producer_id=`` continues as an earlier producer id with a
+    new epoch, fencing any older instance that still uses it. ``route_to_owner=False`` sends everything
+    to ``url`` (which forwards) instead of straight to each partition's owner. ``token=`` is the bearer
+    token for servers with auth on (default: ``TALOS_TOKEN``); over a quota, batches wait what the 429
+    says and go again.
+    """
+
+    def _begin(self) -> None:
+        if self._idempotent:
+            self._idempotence = self._run(_register(self.url, self._producer_id))
+        self._acc: Accumulator[None] = Accumulator(batch_bytes=self._batch_bytes, linger_s=self._linger_s)
+        self._cond = threading.Condition()
+        self._epoch_lock = self._cond
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._max_in_flight, thread_name_prefix="talos-send")
+        self._sender = threading.Thread(target=self._run_sender, name="talos-producer", daemon=True)
         self._sender.start()
 
     def _window(self, topic: str, partition: int) -> PartitionWindow:
@@ -314,7 +341,7 @@ class Producer:
             return self._windows.setdefault((topic, partition), PartitionWindow())
 
     def _deliver(self, window: PartitionWindow | None, queue: list[PendingBatch[None]]) -> BaseException | None:
-        return run(_deliver(self, window, queue), self._transport)
+        return self._run(_deliver(self, window, queue))
 
     def wait_durable(self, timeout: float | None = None) -> None:
         """Block until every record sent so far is durable (Swift's ``waitFinish``): after :meth:`flush`,
@@ -329,34 +356,12 @@ class Producer:
                 return
             for (topic, partition), window in pending:
                 with window.lock:
-                    run(_poll_checkpoint(self, topic, partition, window), self._transport)
+                    self._run(_poll_checkpoint(self, topic, partition, window))
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("wait_durable timed out")
             time.sleep(0.01)
 
-    def partitions_for(self, topic: str) -> int:
-        return run(_partition_count(self, topic), self._transport)
-
-    def send(
-        self,
-        topic: str,
-        value: bytes | str | None,
-        *,
-        key: bytes | str | None = None,
-        headers: Headers = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-    ) -> RecordFuture:
-        """Queue one record; the future gives its :class:`RecordMetadata` once stored (or the error).
-
-        The future has the calls of ``concurrent.futures.Future``: ``result()``, ``exception()``,
-        ``done()``, ``add_done_callback()``.
-        """
-        record = (
-            _record(value, key, headers, timestamp)
-            if headers or isinstance(value, str) or isinstance(key, str)
-            else RecordData(value, key, (), timestamp)
-        )
+    def _queue(self, topic: str, record: RecordData, partition: int | None) -> RecordFuture:
         count = self._partitions.get(topic) or self.partitions_for(topic)
         with self._cond:
             if self._closed:
@@ -400,15 +405,9 @@ class Producer:
         self._pool.shutdown(wait=True)
         self._transport.close()
 
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
     # ---------------------------------------------------------------- sender
 
-    def _run(self) -> None:
+    def _run_sender(self) -> None:
         with self._cond:
             while not (self._closed and self._acc.empty):
                 for batch in self._acc.ready(time.monotonic(), flushing=self._flushing > 0 or self._closed):
@@ -452,7 +451,7 @@ def _confirm(entries: list[Accepted]) -> None:
 
 
 def _after_attempt(
-    producer: _SenderSettings,
+    producer: _Producer[Any, Any],
     window: PartitionWindow | None,
     queue: list[PendingBatch[Any]],
     result: tuple[int, int, int, int],
@@ -489,81 +488,39 @@ def _offsets_url(base: str, topic: str, partition: int) -> str:
     return f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
 
 
-class AsyncProducer:
-    """The asyncio twin of :class:`Producer`: ``await producer.send(...)`` queues and returns a future."""
+class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, "asyncio.Future[RecordMetadata]"]]):
+    """The asyncio twin of :class:`Producer`: ``await producer.send(...)`` queues and returns a future.
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        *,
-        linger_ms: float = 5.0,
-        batch_bytes: int = 1024 * 1024,
-        acks: str = "durable",
-        retry_backoff_ms: float = 100.0,
-        delivery_timeout_s: float = 120.0,
-        request_timeout_s: float = 30.0,
-        route_to_owner: bool = True,
-        idempotent: bool = False,
-        producer_id: int | None = None,
-        transport: AsyncTransport | None = None,
-        token: str | None = None,
-    ) -> None:
-        if acks not in ("durable", "accepted"):
-            raise ValueError("acks must be 'durable' or 'accepted'")
-        self.url = url.rstrip("/")
-        self._transport = authorized_async(transport or AiohttpTransport(timeout=request_timeout_s), token)
-        self._admin = AsyncAdmin(self.url, transport=self._transport, timeout=request_timeout_s)
-        self._routes = RouteTable(self.url, direct=route_to_owner)
-        self._idempotent = idempotent or producer_id is not None
-        self._producer_id = producer_id
-        self._idempotence: Idempotence | None = None
-        self._epoch_lock: contextlib.AbstractContextManager[Any] = (
-            contextlib.nullcontext()
-        )  # one task runs the steps at a time: nothing to guard
+    The same options: ``buffer_bytes`` makes ``send`` wait while that much is queued, ``max_in_flight`` caps
+    the batches being sent at once."""
+
+    def _begin(self) -> None:
+        self._epoch_lock = contextlib.nullcontext()  # one task runs the steps at a time: nothing to guard
         self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
-            batch_bytes=batch_bytes, linger_s=linger_ms / 1000
+            batch_bytes=self._batch_bytes, linger_s=self._linger_s
         )
-        self._params = {"acks": acks}
-        self._accepted = acks == "accepted"
-        self._windows: dict[tuple[str, int], PartitionWindow] = {}  # Swift's window (acks="accepted")
         self._window_locks: dict[tuple[str, int], asyncio.Lock] = {}
-        self._backoff_s = retry_backoff_ms / 1000
-        self._delivery_timeout_s = delivery_timeout_s
-        self._request_timeout_s = request_timeout_s
-        self._partitions: dict[str, int] = {}
-        self._sticky: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
-        self._flushing = 0
-        self._closed = False
+        self._room = asyncio.Event()  # set when a batch is answered: a sender over buffer_bytes looks again
+        self._sending: asyncio.Semaphore | None = None  # max_in_flight; made in the loop that sends
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
-    async def partitions_for(self, topic: str) -> int:
-        return await run_async(_partition_count(self, topic), self._transport)
-
-    async def send(
-        self,
-        topic: str,
-        value: bytes | str | None,
-        *,
-        key: bytes | str | None = None,
-        headers: Headers = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; await the returned future for its :class:`RecordMetadata`."""
+    async def _queue(self, topic: str, record: RecordData, partition: int | None) -> asyncio.Future[RecordMetadata]:
         if self._closed:
             raise ProducerClosedError("the producer is closed")
-        record = _record(value, key, headers, timestamp)
         count = await self.partitions_for(topic)
         if self._idempotent and self._idempotence is None:
-            self._idempotence = await run_async(_register(self.url, self._producer_id), self._transport)
+            self._idempotence = await self._run(_register(self.url, self._producer_id))
+        while self._acc.buffered_bytes >= self._buffer_bytes:  # back-pressure: wait for room
+            self._room.clear()
+            await self._room.wait()
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         chosen = choose_partition(record.key, partition, count, self._sticky, topic)
         self._acc.add(topic, chosen, record, time.monotonic()).futures.append(future)
         if self._runner is None:
-            self._runner = asyncio.get_running_loop().create_task(self._run())
+            self._runner = asyncio.get_running_loop().create_task(self._run_sender())
         self._idle.clear()
         self._wake.set()
         return future
@@ -591,7 +548,10 @@ class AsyncProducer:
     async def _deliver(
         self, window: PartitionWindow | None, queue: list[PendingBatch[asyncio.Future[RecordMetadata]]]
     ) -> BaseException | None:
-        return await run_async(_deliver(self, window, queue), self._transport)
+        if self._sending is None:
+            self._sending = asyncio.Semaphore(self._max_in_flight)
+        async with self._sending:
+            return await self._run(_deliver(self, window, queue))
 
     async def wait_durable(self, timeout: float | None = None) -> None:
         """The asyncio twin of :meth:`Producer.wait_durable`."""
@@ -603,18 +563,12 @@ class AsyncProducer:
                 return
             for (topic, partition), window in pending:
                 async with self._window_locks.setdefault((topic, partition), asyncio.Lock()):
-                    await run_async(_poll_checkpoint(self, topic, partition, window), self._transport)
+                    await self._run(_poll_checkpoint(self, topic, partition, window))
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("wait_durable timed out")
             await asyncio.sleep(0.01)
 
-    async def __aenter__(self) -> AsyncProducer:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    async def _run(self) -> None:
+    async def _run_sender(self) -> None:
         while not (self._closed and self._acc.empty):
             for batch in self._acc.ready(time.monotonic(), flushing=self._flushing > 0 or self._closed):
                 if self._sticky.get(batch.topic) == batch.partition:
@@ -638,6 +592,7 @@ class AsyncProducer:
         if isinstance(error, NotFoundError):
             self._partitions.pop(batch.topic, None)
         self._acc.done(batch)
+        self._room.set()
         if self._acc.empty:
             self._idle.set()
         self._wake.set()

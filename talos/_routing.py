@@ -18,10 +18,10 @@ import time
 from collections.abc import Mapping
 
 from talos._errors import MisdirectedError, TalosError, TransportError, UnavailableError
-from talos._steps import Request, Steps, http, run, run_async
-from talos._transport import AsyncTransport, Transport, check
+from talos._steps import Request, Steps, http
+from talos._transport import check
 
-__all__ = ["DIRECT", "RouteTable", "refresh", "refresh_async", "refresh_steps"]
+__all__ = ["DIRECT", "RouteTable", "refresh_steps"]
 
 DIRECT = {"x-talos-route": "direct"}
 
@@ -124,11 +124,3 @@ def refresh_steps(table: RouteTable, topic: str, *, strict: bool = False) -> Ste
         table.lookup_failed(topic)
         if strict:
             raise
-
-
-def refresh(table: RouteTable, transport: Transport, topic: str, *, strict: bool = False) -> None:
-    run(refresh_steps(table, topic, strict=strict), transport)
-
-
-async def refresh_async(table: RouteTable, transport: AsyncTransport, topic: str, *, strict: bool = False) -> None:
-    await run_async(refresh_steps(table, topic, strict=strict), transport)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypedDict, TypeVar, Unpack
 
 import orjson
 
@@ -17,9 +17,11 @@ from talos._errors import TransportError, api_error
 
 __all__ = [
     "AiohttpTransport",
+    "AnyTransport",
     "AsyncFunctionTransport",
     "AsyncTransport",
     "FunctionTransport",
+    "RequestOptions",
     "Response",
     "Transport",
     "Urllib3Transport",
@@ -39,34 +41,32 @@ class Response:
         return orjson.loads(self.body) if self.body else None
 
 
+class RequestOptions(TypedDict, total=False):
+    """The keyword arguments of a transport's ``request``, each optional."""
+
+    params: Mapping[str, str | int] | None
+    body: bytes | None
+    headers: Mapping[str, str] | None
+    timeout: float | None
+
+
 class Transport(Protocol):
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response: ...
+    """A blocking transport: ``request(method, url, *, params=None, body=None, headers=None, timeout=None)``."""
+
+    def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response: ...
 
     def close(self) -> None: ...
 
 
 class AsyncTransport(Protocol):
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response: ...
+    """The asyncio transport: :class:`Transport`'s calls, awaited."""
+
+    async def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response: ...
 
     async def close(self) -> None: ...
+
+
+AnyTransport = TypeVar("AnyTransport", Transport, AsyncTransport)  # what a client twin is generic in
 
 
 def _token(token: str | None) -> str | None:
@@ -74,54 +74,32 @@ def _token(token: str | None) -> str | None:
     return token if token is not None else (os.environ.get("TALOS_TOKEN") or None)
 
 
-def _with_bearer(headers: Mapping[str, str] | None, token: str) -> dict[str, str]:
-    out = dict(headers or {})
-    if not any(k.lower() == "authorization" for k in out):
-        out["authorization"] = f"Bearer {token}"
-    return out
+def _with_bearer(options: RequestOptions, token: str) -> RequestOptions:
+    headers = dict(options.get("headers") or {})
+    if not any(k.lower() == "authorization" for k in headers):
+        headers["authorization"] = f"Bearer {token}"
+    return {**options, "headers": headers}
 
 
-class _BearerTransport:
+class _Bearer(Generic[AnyTransport]):
     """Adds ``Authorization: Bearer <token>`` to every request of the transport it wraps."""
 
-    def __init__(self, inner: Transport, token: str) -> None:
-        self._inner = inner
+    def __init__(self, inner: AnyTransport, token: str) -> None:
+        self._inner: AnyTransport = inner
         self._token = token
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        headers = _with_bearer(headers, self._token)
-        return self._inner.request(method, url, params=params, body=body, headers=headers, timeout=timeout)
+
+class _BearerTransport(_Bearer[Transport]):
+    def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
+        return self._inner.request(method, url, **_with_bearer(options, self._token))
 
     def close(self) -> None:
         self._inner.close()
 
 
-class _AsyncBearerTransport:
-    def __init__(self, inner: AsyncTransport, token: str) -> None:
-        self._inner = inner
-        self._token = token
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        headers = _with_bearer(headers, self._token)
-        return await self._inner.request(method, url, params=params, body=body, headers=headers, timeout=timeout)
+class _AsyncBearerTransport(_Bearer[AsyncTransport]):
+    async def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
+        return await self._inner.request(method, url, **_with_bearer(options, self._token))
 
     async def close(self) -> None:
         await self._inner.close()
@@ -163,16 +141,8 @@ class Urllib3Transport:
         self._pool = urllib3.PoolManager(maxsize=pool_size, block=False, retries=False)
         self._timeout = timeout
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
+    def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
+        params = options.get("params")
         if params:
             from urllib.parse import urlencode
 
@@ -181,9 +151,9 @@ class Urllib3Transport:
             answer = self._pool.request(
                 method,
                 url,
-                body=body,
-                headers=dict(headers or {}),
-                timeout=timeout or self._timeout,
+                body=options.get("body"),
+                headers=dict(options.get("headers") or {}),
+                timeout=options.get("timeout") or self._timeout,
                 preload_content=True,
                 redirect=False,
             )
@@ -209,16 +179,7 @@ class AiohttpTransport:
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
+    async def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
         import aiohttp
 
         session = self._get_session()
@@ -227,10 +188,10 @@ class AiohttpTransport:
             async with session.request(
                 method,
                 url,
-                params={k: str(v) for k, v in (params or {}).items()},
-                data=body,
-                headers=dict(headers or {}),
-                timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
+                params={k: str(v) for k, v in (options.get("params") or {}).items()},
+                data=options.get("body"),
+                headers=dict(options.get("headers") or {}),
+                timeout=aiohttp.ClientTimeout(total=options.get("timeout") or self._timeout),
             ) as answer:
                 data = await answer.read()
                 return Response(answer.status, {k.lower(): v for k, v in answer.headers.items()}, data)
@@ -245,45 +206,32 @@ class AiohttpTransport:
         self._session = None
 
 
-class FunctionTransport:
-    """A transport that calls a function instead of the network (for tests and scripted servers)."""
+Handler = Callable[[str, str, Mapping[str, str | int], bytes | None], Response]
 
-    def __init__(self, handler: Callable[[str, str, Mapping[str, str | int], bytes | None], Response]) -> None:
+
+class _Scripted:
+    def __init__(self, handler: Handler) -> None:
         self._handler = handler
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        return self._handler(method, url, params or {}, body)
+    def _answer(self, method: str, url: str, options: RequestOptions) -> Response:
+        return self._handler(method, url, options.get("params") or {}, options.get("body"))
+
+
+class FunctionTransport(_Scripted):
+    """A transport that calls a function instead of the network (for tests and scripted servers)."""
+
+    def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
+        return self._answer(method, url, options)
 
     def close(self) -> None:
         pass
 
 
-class AsyncFunctionTransport:
+class AsyncFunctionTransport(_Scripted):
     """:class:`FunctionTransport` for the asyncio twins: the same handler, awaited as a request."""
 
-    def __init__(self, handler: Callable[[str, str, Mapping[str, str | int], bytes | None], Response]) -> None:
-        self._handler = handler
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        return self._handler(method, url, params or {}, body)
+    async def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
+        return self._answer(method, url, options)
 
     async def close(self) -> None:
         pass

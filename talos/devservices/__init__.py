@@ -24,15 +24,11 @@ from talos.devservices._standalone import StandaloneServer
 from talos.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
+    "HADOOP_VERSION",
     "ClusterServer",
     "ClusterSettings",
-    "LocalCluster",
-    "recorded_alive",
-    "recorded_cluster",
-    "relaunch",
-    "stop_recorded_cluster",
-    "HADOOP_VERSION",
     "HdfsCluster",
+    "LocalCluster",
     "ManagedProcess",
     "SearchServer",
     "ServiceError",
@@ -42,5 +38,9 @@ __all__ = [
     "ensure_hadoop",
     "free_port",
     "free_port_range",
+    "recorded_alive",
+    "recorded_cluster",
+    "relaunch",
+    "stop_recorded_cluster",
     "wait_until",
 ]

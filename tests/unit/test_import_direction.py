@@ -2,8 +2,10 @@
 
 Forbidden: the SDK (``talos``) importing ``server``, ``connectors`` or ``metering`` at module level (a CLI
 command may, inside its function); ``server.metrics`` importing any other module of the server (modules push
-into it; the broker registers its own collector); ``fencing`` importing ``server``; and a cycle among the
-module-level imports of one package.
+into it; the broker registers its own collector); ``fencing`` importing ``server``; the partition room
+(``server.partition``) importing the HTTP edge, the usage room or the broker; the usage room importing the
+HTTP edge; connectors and metering importing the server; and a cycle among the module-level imports of one
+package.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("talos", "server", "fencing", "connectors", "metering", "hashring")
@@ -100,6 +104,12 @@ def forbidden_arrows(imports: list[Import]) -> list[str]:
             wrong.append(f"{arrow}: metrics is a registry others push into; it imports no server module")
         if _in(i.source, "fencing") and _in(i.target, "server"):
             wrong.append(f"{arrow}: storage knows nothing of the server")
+        if _in(i.source, "server.partition") and _in(i.target, "server.http", "server.usage", "server.broker"):
+            wrong.append(f"{arrow}: the partition path is below the broker, the HTTP edge and usage metering")
+        if _in(i.source, "server.usage") and _in(i.target, "server.http"):
+            wrong.append(f"{arrow}: usage metering is pushed into; it does not reach for the HTTP edge")
+        if _in(i.source, "connectors", "metering") and i.module_level and _in(i.target, "server"):
+            wrong.append(f"{arrow}: connectors and metering are clients of the public SDK")
     return wrong
 
 
@@ -161,3 +171,33 @@ def test_no_forbidden_arrow() -> None:
 
 def test_no_import_cycle_inside_a_package() -> None:
     assert import_cycles(all_imports()) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        ("talos._producer", "server.broker"),  # the SDK loading the server
+        ("talos.cli._topics", "connectors.runner"),
+        ("server.metrics", "server.broker"),  # metrics reaching back for the broker
+        ("fencing.log", "server.errors"),
+        ("server.partition.loaded", "server.http.reply"),
+        ("server.partition.tailcache", "server.broker"),
+        ("server.usage.meter", "server.http.app"),
+        ("metering.job", "server.topics"),
+    ],
+)
+def test_a_forbidden_arrow_is_caught(source: str, target: str) -> None:
+    added = Import(source, target, True, 1)
+    assert forbidden_arrows([*all_imports(), added]) == [forbidden_arrows([added])[0]]
+
+
+def test_a_deferred_sdk_import_of_the_server_is_allowed() -> None:
+    """A CLI command may import the server inside its function: only module-level arrows count there."""
+    assert forbidden_arrows([Import("talos.cli._servers", "server.__main__", False, 1)]) == []
+
+
+def test_a_cycle_is_caught_and_one_across_packages_is_not_a_package_cycle() -> None:
+    imports = [*all_imports(), Import("server.errors", "server.broker", True, 1)]
+    assert any({"server.errors", "server.broker"} <= set(cycle) for cycle in import_cycles(imports))
+    across = [Import("hashring.ring", "metering.job", True, 1), Import("metering.job", "hashring.ring", True, 1)]
+    assert import_cycles(across) == []

@@ -4,6 +4,8 @@ Elasticsearch sources and sinks, and the PySpark data source ``talos`` (``connec
 Layout: ``config`` (the YAML file, validated), ``runner`` and ``task`` (threads, restarts, status),
 ``sink`` (group members that write then commit), ``source`` (exactly-once writes with checkpoints kept
 by the servers), ``checkpoints``, and one package per target system (``hdfs``, ``elasticsearch``).
+
+May import ``talos`` only; never ``server`` (tests/unit/test_import_direction.py).
 """
 
 from __future__ import annotations

@@ -2,6 +2,11 @@
 
 ``PartitionLog.open`` is a fenced takeover: after it returns, no earlier owner of the directory can
 acknowledge another write (see ``fencing.log`` and ARCHITECTURE.md, "Ownership and fencing").
+
+Rooms: ``filesystem`` (the interface), ``errors``, ``local`` and ``hdfs`` (the backends), ``storage`` (the
+factory that picks one from a URL, so the backends' common module imports neither), ``epochs``, ``segments``
+and ``log``; ``bench`` and ``demo`` are command-line tools over them. May import ``talos`` (the codec); never
+``server``.
 """
 
 from __future__ import annotations

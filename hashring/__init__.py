@@ -2,6 +2,8 @@
 
 ``Ring`` places ``"<topic>:<partition>"`` keys on members with per-member virtual-node counts;
 ``rebalance`` is Talos's traffic weighting; ``next_members`` is the delayed-reassignment rule.
+
+Imports no other package of this repository.
 """
 
 from __future__ import annotations

@@ -23,11 +23,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from pathlib import Path
+from typing import Unpack
 
 from talos import Admin, Producer, Urllib3Transport
-from talos._transport import Response
+from talos._transport import RequestOptions, Response
 from talos.devservices import ClusterServer, ClusterSettings, LocalCluster, wait_until
 
 
@@ -38,18 +38,9 @@ class CountingTransport(Urllib3Transport):
         super().__init__()
         self.bytes = 0
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        answer = super().request(method, url, params=params, body=body, headers=headers, timeout=timeout)
-        self.bytes += len(body or b"") + len(answer.body)
+    def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
+        answer = super().request(method, url, **options)
+        self.bytes += len(options.get("body") or b"") + len(answer.body)
         return answer
 
 

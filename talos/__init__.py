@@ -3,6 +3,16 @@
 The public SDK. Implementation lives in private modules; everything a user needs is re-exported here::
 
     from talos import Admin, Producer, Consumer            # and AsyncAdmin, AsyncProducer, AsyncConsumer
+
+The rooms: the clients (``_admin``, ``_producer`` with ``_accumulator``, ``_window`` and ``_futures``,
+``_consumer`` with ``_group``), each written once for both ways of waiting (``_clients``: the blocking and
+asyncio kinds; ``_steps``: behaviour as generators of requests and pauses); addressing (``_routing``,
+``_partitioning``); the wire (``_transport``, ``_codec``, ``_errors``, ``_names``); ``talos verify``
+(``_verify``, ``_faults``); the command line (``cli/``) and local services for development and tests
+(``devservices/``).
+
+Imports no other package of this repository at module level (``server``, ``connectors`` and ``metering`` only
+inside CLI commands); ``import talos`` loads neither ``cli`` nor ``devservices``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ readiness (``readiness``), the served OpenAPI document (``openapi``) and the con
 server (``connections``).
 
 May import everything else in ``server`` (the broker, the partition and usage rooms, groups, security, portal),
-``fencing``, ``talos`` and ``metering``; nothing outside this room imports it except the process entry
-(``server.__main__``), the broker (for its forwarder) and ``server.internal_topics`` (which writes through
-``messages``).
+``fencing``, ``talos`` and ``metering``. Imported by the process entry (``server.__main__``); by the REST
+modules of the other rooms (``groups.api``, ``security.api``, ``portal``) for replies and the fast path; by
+``groups.coordinator`` and ``server.internal_topics``, which write through ``messages``; and by the broker,
+for its forwarder. The partition and usage rooms never import it (tests/unit/test_import_direction.py).
 """

@@ -82,6 +82,9 @@ def _public(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in PUBLIC_PATHS)
 
 
+_TENANT_HEADER_RAW = TENANT_HEADER.encode()
+
+
 class FastPath:
     def __init__(self, app: ASGIApp, broker: Callable[[], Broker]) -> None:
         self.app = app
@@ -96,7 +99,7 @@ class FastPath:
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            principal = await self._authenticate(scope, headers)
+            principal = await self._authenticate(headers)
         except ApiError as exc:
             await _send(send, _error(exc))
             return
@@ -127,6 +130,7 @@ class FastPath:
         else:
             kind = ""
         if not kind:
+            _for_routes(scope, principal)
             await self._pass_on(scope, receive, send)
             return
         raw_query = scope["query_string"]
@@ -176,18 +180,23 @@ class FastPath:
 
         await self.app(scope, replay, send)
 
-    async def _authenticate(self, scope: Scope, headers: dict[str, str]) -> Principal:
-        """Who asks; the tenant header (in ``headers`` and the scope's) becomes the authenticated tenant's
-        (only the admin may name one, as servers do when they write on a tenant's behalf), and the
-        principal is kept for the routes."""
+    async def _authenticate(self, headers: dict[str, str]) -> Principal:
+        """Who asks; the tenant header becomes the authenticated tenant's (only the admin may name one, as
+        servers do when they write on a tenant's behalf)."""
         principal = await self._broker().security.authenticate(headers)
         if principal.tenant is not None:
             headers[TENANT_HEADER] = principal.tenant
-            scope["headers"] = [(k, v) for k, v in scope["headers"] if k != TENANT_HEADER.encode()] + [
-                (TENANT_HEADER.encode(), principal.tenant.encode())
-            ]
-        scope.setdefault("state", {})["principal"] = principal
         return principal
+
+
+def _for_routes(scope: Scope, principal: Principal) -> None:
+    """What the FastAPI routes read of the authentication: the principal, and the tenant header in the scope's
+    headers. Only a request handed on pays for this; the fast path's own requests use the headers dict."""
+    if principal.tenant is not None:
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k != _TENANT_HEADER_RAW] + [
+            (_TENANT_HEADER_RAW, principal.tenant.encode())
+        ]
+    scope.setdefault("state", {})["principal"] = principal
 
 
 async def _send(send: Send, reply: Reply) -> None:

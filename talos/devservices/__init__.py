@@ -3,6 +3,8 @@
 Both listen on free loopback ports, are ready when their own health checks answer, and are stopped by
 PID. ``talos dev services`` runs them from the command line; the test suite's fixtures use them too.
 ``LocalCluster`` adds N ``talos server`` processes on top (``talos cluster up``).
+
+May import the SDK's own modules; it starts the server as a process (``python -m server``), never imports it.
 """
 
 from __future__ import annotations

@@ -207,6 +207,7 @@ def test_slow_loris_is_cut_off_while_others_produce(guarded: Guarded) -> None:
                         sock.send(b"a")
                 closed = wait_closed(still_open, time.monotonic() + 0.2)
                 still_open = [s for s in still_open if s.fileno() not in closed]
+        print(f"slow-loris: {len(steady.latencies)} produces beside it, p99 {steady.p99() * 1000:.1f} ms")
         try:
             assert not still_open, f"{len(still_open)} of {len(hostile)} slow connections still open after the timeout"
             assert len(steady.latencies) > 100
@@ -247,6 +248,7 @@ def test_connection_flood_is_refused_fast_and_others_carry_on(guarded: Guarded) 
         finally:
             for sock in flood:
                 sock.close()
+        print(f"connection flood: {len(steady.latencies)} produces beside it, p99 {steady.p99() * 1000:.1f} ms")
         assert len(steady.latencies) > 100
         assert not steady.failures, steady.failures[:5]
         assert set(steady.healthz) == {200}

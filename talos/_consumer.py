@@ -407,9 +407,8 @@ class _State:
         self, offsets: Mapping[TopicPartition, int] | None, tps: Iterable[TopicPartition] | None
     ) -> tuple[GroupCall | None, dict[TopicPartition, int]]:
         positions = dict(offsets) if offsets is not None else self.uncommitted(tps)
-        call = self.group().commit_call(positions)
-        self.last_commit = time.monotonic()
-        return call, positions
+        self.last_commit = time.monotonic()  # also when refused: auto-commit tries again an interval later
+        return self.group().commit_call(positions), positions
 
     def retry_request(
         self, routes: RouteTable, message: Message, delay: float, reason: str, timeout: float

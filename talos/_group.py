@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from talos._codec import RecordData
+from talos._errors import CommitFailedError
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -115,14 +116,24 @@ class Membership:
         return GroupCall("DELETE", f"{self._base}/members/{quote(self.member_id, safe='')}")
 
     def commit_call(self, positions: Mapping[TopicPartition, int]) -> GroupCall | None:
+        """The commit of ``positions`` (None: nothing to commit). Raises :class:`CommitFailedError` while this
+        member is out of the group (the coordinator forgot it, e.g. after a pause past its session): a commit
+        then would be silently lost, and the caller must learn that its messages will be delivered again."""
         with self._lock:
             # A partition we do not hold goes too: the coordinator refuses it, and the caller learns.
             items = [
                 {"topic": t, "partition": p, "offset": offset, "generation": self.held.get((t, p))}
                 for (t, p), offset in sorted(positions.items())
             ]
-            if not items or self.member_id is None:
+            if not items:
                 return None
+            if self.member_id is None:
+                raise CommitFailedError(
+                    409,
+                    "UNKNOWN_MEMBER",
+                    f"not a member of group {self.group!r} now (its session expired or the coordinator moved): "
+                    "the messages will be delivered again",
+                )
             return GroupCall("POST", f"{self._base}/offsets", {"member_id": self.member_id, "offsets": items})
 
     def offsets_call(self) -> GroupCall:

@@ -135,8 +135,13 @@ class ClusterServer:
         if self.process is not None:
             self.process.kill()
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting: the graceful shutdown starts (see :meth:`stop`)."""
+        if self.process is not None:
+            self.process.terminate()
+
     def stop(self) -> None:
-        """SIGTERM (graceful: flush, seal, deregister), SIGKILL after 10 s."""
+        """SIGTERM (graceful: flush, seal, deregister), SIGKILL after 15 s."""
         if self.process is not None:
             self.process.stop(timeout=15)
 
@@ -273,6 +278,8 @@ class LocalCluster:
         return lines
 
     def stop(self) -> None:
+        for server in self.servers:  # their graceful shutdowns run at once, then each is waited for
+            server.terminate()
         for server in self.servers:
             server.stop()
         if self.hdfs is not None:
@@ -306,18 +313,21 @@ def _running(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
-def _terminate(pid: int, marker: str, timeout: float = 15.0) -> bool:
-    if not _running(pid, marker):
-        return False
-    os.kill(pid, signal.SIGCONT)
-    os.kill(pid, signal.SIGTERM)
+def _terminate(processes: list[tuple[int, str]], timeout: float = 15.0) -> list[int]:
+    """SIGTERM every ``(pid, marker)`` still running, at once; SIGKILL what is left after ``timeout``. Returns the
+    PIDs that were running."""
+    running = [(pid, marker) for pid, marker in processes if _running(pid, marker)]
+    for pid, _marker in running:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _running(pid, marker):
-            return True
+    left = running
+    while left and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    return True
+        left = [(pid, marker) for pid, marker in left if _running(pid, marker)]
+    for pid, _marker in left:
+        os.kill(pid, signal.SIGKILL)
+    return [pid for pid, _marker in running]
 
 
 def recorded_cluster(base_dir: Path) -> dict[str, object] | None:
@@ -344,19 +354,23 @@ def stop_recorded_cluster(base_dir: Path) -> list[str]:
     stopped = []
     servers = state.get("servers", [])
     assert isinstance(servers, list)
-    for server in servers:
-        if server.get("pid") and _terminate(int(server["pid"]), f"--server-id {server['id']}"):
-            stopped.append(f"server {server['id']}")
+    # Servers first, all at once (their graceful shutdown still needs ZooKeeper and HDFS), then the services.
+    recorded = [(int(s["pid"]), f"--server-id {s['id']}", f"server {s['id']}") for s in servers if s.get("pid")]
+    ended = _terminate([(pid, marker) for pid, marker, _name in recorded])
+    stopped += [name for pid, _marker, name in recorded if pid in ended]
+    services: list[tuple[int, str, str]] = []
     hdfs = state.get("hdfs")
     if isinstance(hdfs, dict):
         for role in ("datanode", "namenode"):
             pid = hdfs.get(f"{role}_pid")
-            if pid and _terminate(int(pid), str(base_dir.resolve() / "hdfs")):
-                stopped.append(role)
+            if pid:
+                services.append((int(pid), str(base_dir.resolve() / "hdfs"), role))
     zookeeper = state.get("zookeeper")
     zk_pid = zookeeper.get("pid") if isinstance(zookeeper, dict) else None
-    if zk_pid and _terminate(int(zk_pid), str(base_dir.resolve() / "zookeeper")):
-        stopped.append("zookeeper")
+    if zk_pid:
+        services.append((int(zk_pid), str(base_dir.resolve() / "zookeeper"), "zookeeper"))
+    ended = _terminate([(pid, marker) for pid, marker, _name in services])
+    stopped += [name for pid, _marker, name in services if pid in ended]
     (base_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped
 

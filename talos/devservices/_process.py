@@ -113,13 +113,18 @@ class ManagedProcess:
         if self.alive():
             os.kill(self.pid, sig)
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting, so that several processes shut down at once (then :meth:`stop` each)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a paused child cannot handle SIGTERM
+            self.process.terminate()
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; always reaps the child."""
         if self.process is None:
             return
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a paused child cannot handle SIGTERM
-            self.process.terminate()
+            self.terminate()
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -10,6 +10,7 @@ import pytest
 
 from server.errors import ApiError
 from server.groups.state import BROADCAST, EXCLUSIVE, GroupState
+from talos import CommitFailedError
 from talos._group import Membership
 
 PARTITIONS = {"t": 6}
@@ -183,3 +184,17 @@ def test_broadcast_gives_every_member_every_partition_and_offsets_per_instance()
     with pytest.raises(ApiError) as mismatch:
         state.join(0.2, member_id="3", instance="i3", topics=["t"], session_s=2, mode=EXCLUSIVE, partitions=PARTITIONS)
     assert mismatch.value.code == "GROUP_MODE_MISMATCH"
+
+
+def test_a_commit_while_the_coordinator_has_forgotten_the_member_fails_instead_of_vanishing() -> None:
+    """After a pause past its session, a member's heartbeat learns that the coordinator forgot it (409
+    UNKNOWN_MEMBER) before it joins again; a commit in that window used to return as if done, sending nothing."""
+    state = GroupState("g")
+    a = Client("a", 2.0)
+    settle(state, [a], 0.0)
+    assert a.membership.commit_call({("t", 0): 5}) is not None
+    a.membership.forget_member()
+    assert a.membership.commit_call({}) is None  # nothing to commit: nothing to refuse
+    with pytest.raises(CommitFailedError) as refused:
+        a.membership.commit_call({("t", 0): 5})
+    assert refused.value.code == "UNKNOWN_MEMBER" and refused.value.status == 409

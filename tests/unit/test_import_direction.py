@@ -11,6 +11,7 @@ package.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,12 +82,18 @@ def _imports_of(path: Path) -> Iterator[Import]:
     yield from walk(ast.parse(path.read_text(), str(path)), True)
 
 
-def all_imports() -> list[Import]:
+@functools.cache
+def _parsed() -> tuple[Import, ...]:
     found: list[Import] = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             found.extend(_imports_of(path))
-    return found
+    return tuple(found)
+
+
+def all_imports() -> list[Import]:
+    """Every import in the packages (the source is read once per test session)."""
+    return list(_parsed())
 
 
 def _in(module: str, *packages: str) -> bool:

@@ -8,13 +8,13 @@ method once, as steps, on :class:`_Admin`; the two classes only differ in how th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import orjson
 
 from talos._admin_call import Call as _Call
-from talos._clients import Asynchronous, Blocking, operation
+from talos._clients import Asynchronous, Blocking, ClientBase, operation
 from talos._steps import Request, Steps, http
 from talos._tenants import SecurityCalls as calls
 from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
@@ -153,7 +153,7 @@ def send(url: str, call: _Call[T], timeout: float) -> Steps[T]:
     return call.read(check((yield from http(request))))
 
 
-class _Admin(Generic[AnyTransport]):
+class _Admin(ClientBase[AnyTransport]):
     """Create, list, describe, change and delete topics.
 
     >>> admin = Admin("http://127.0.0.1:8080")
@@ -176,9 +176,6 @@ class _Admin(Generic[AnyTransport]):
         self.url = url.rstrip("/")
         self._timeout = timeout
         self._transport = self._connect(transport, token, timeout)
-
-    def _connect(self, transport: AnyTransport | None, token: str | None, timeout: float) -> AnyTransport:
-        raise NotImplementedError  # Blocking or Asynchronous
 
     def _send(self, call: _Call[T]) -> Steps[T]:
         return send(self.url, call, self._timeout)

@@ -19,12 +19,14 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from talos._steps import Steps, run, run_async
 from talos._transport import (
     AiohttpTransport,
+    AnyTransport,
     AsyncTransport,
     Transport,
     Urllib3Transport,
@@ -32,11 +34,24 @@ from talos._transport import (
     authorized_async,
 )
 
-__all__ = ["Asynchronous", "Blocking", "operation"]
+__all__ = ["Asynchronous", "Blocking", "ClientBase", "operation"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Client = TypeVar("Client")
+Owner = TypeVar("Owner")
+
+
+class ClientBase(ABC, Generic[AnyTransport]):
+    """What the base of a client pair builds on: a transport, opened by :class:`Blocking` or :class:`Asynchronous`
+    (listed first among the twin's bases, so their ``_connect`` is the one used)."""
+
+    _transport: AnyTransport
+
+    @abstractmethod
+    def _connect(
+        self, transport: AnyTransport | None, token: str | None, timeout: float, pool_size: int = 16
+    ) -> AnyTransport:
+        """``transport`` or the default one, sending the token (or ``TALOS_TOKEN``)."""
 
 
 class Blocking:
@@ -88,11 +103,11 @@ class Asynchronous:
         await self.close()
 
 
-class operation(Generic[Client, P, R]):  # a decorator: named like ``property``
+class operation(Generic[Owner, P, R]):  # a decorator: named like ``property``
     """A method written once as steps: a plain method on :class:`Blocking` clients, a coroutine method on
     :class:`Asynchronous` ones."""
 
-    def __init__(self, steps: Callable[Concatenate[Client, P], Steps[R]]) -> None:
+    def __init__(self, steps: Callable[Concatenate[Owner, P], Steps[R]]) -> None:
         run_steps: Callable[..., Steps[R]] = steps
 
         def blocking(client: Blocking, *args: Any, **kwargs: Any) -> R:

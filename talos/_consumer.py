@@ -18,15 +18,16 @@ import contextlib
 import logging
 import threading
 import time
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, Self
+from typing import Any, Protocol, Self
 from urllib.parse import quote
 
 import orjson
 
 from talos._admin import DEFAULT_URL, offsets_call, send
-from talos._clients import Asynchronous, Blocking, operation
+from talos._clients import Asynchronous, Blocking, ClientBase, operation
 from talos._codec import RecordData, decode_batches, encode_batch
 from talos._errors import (
     BatchError,
@@ -574,7 +575,7 @@ def _leave(membership: Membership, client: _Consumer[Any]) -> Steps[None]:
             log.info("group %s: leaving failed (%s); the session will expire", membership.group, exc)
 
 
-class _Consumer(Generic[AnyTransport]):
+class _Consumer(ClientBase[AnyTransport]):
     """What both consumers are: settings, state and the group calls; the twins add how they wait."""
 
     _transport: AnyTransport
@@ -633,9 +634,7 @@ class _Consumer(Generic[AnyTransport]):
         self._closed = False
         self._begin()
 
-    def _connect(self, transport: AnyTransport | None, token: str | None, timeout: float, pool: int) -> AnyTransport:
-        raise NotImplementedError  # Blocking or Asynchronous
-
+    @abstractmethod
     def _begin(self) -> None:
         """What the twin does once constructed (the blocking one joins now, the asyncio one on first use)."""
 

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+from abc import abstractmethod
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -21,7 +22,7 @@ import orjson
 
 from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose_partition
 from talos._admin import DEFAULT_URL
-from talos._clients import Asynchronous, Blocking, operation
+from talos._clients import Asynchronous, Blocking, ClientBase, operation
 from talos._codec import RecordData, encode_batch
 from talos._errors import ApiError, NotFoundError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
@@ -44,9 +45,6 @@ class ProducerClosedError(TalosError):
 
 
 def _record(value: bytes | str | None, key: bytes | str | None, headers: Headers, timestamp: int | None) -> RecordData:
-    if not headers and not isinstance(value, str) and not isinstance(key, str):
-        return RecordData(value, key, (), timestamp)  # the common case, without the conversions below
-
     def as_bytes(data: bytes | str | None) -> bytes | None:
         return data.encode() if isinstance(data, str) else data
 
@@ -227,7 +225,7 @@ def _poll_checkpoint(producer: _Producer[Any, Any], topic: str, partition: int, 
         log.warning("resending to %s/%d after a reload failed: %r", topic, partition, error)
 
 
-class _Producer(Generic[AnyTransport, Queued]):
+class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
     """What both producers are: settings, routes, idempotence and the accumulator; the twins add how they
     wait and send."""
 
@@ -279,11 +277,9 @@ class _Producer(Generic[AnyTransport, Queued]):
         self._closed = False
         self._begin()
 
-    def _connect(self, transport: AnyTransport | None, token: str | None, timeout: float, pool: int) -> AnyTransport:
-        raise NotImplementedError  # Blocking or Asynchronous
-
+    @abstractmethod
     def _begin(self) -> None:
-        raise NotImplementedError  # the twin's accumulator, locks and sender
+        """The twin's accumulator, locks and sender."""
 
     @operation
     def partitions_for(self, topic: str) -> Steps[int]:
@@ -303,10 +299,13 @@ class _Producer(Generic[AnyTransport, Queued]):
         of ``concurrent.futures.Future``: ``result()``, ``exception()``, ``done()``, ``add_done_callback()``);
         ``await`` the asyncio one's ``send`` for an ``asyncio.Future``. Either gives the record's
         :class:`RecordMetadata` once stored (or the error)."""
-        return self._queue(topic, _record(value, key, headers, timestamp), partition)
+        if headers or isinstance(value, str) or isinstance(key, str):
+            return self._queue(topic, _record(value, key, headers, timestamp), partition)
+        return self._queue(topic, RecordData(value, key, (), timestamp), partition)  # the hot path: no conversion
 
+    @abstractmethod
     def _queue(self, topic: str, record: RecordData, partition: int | None) -> Queued:
-        raise NotImplementedError  # the twin's accumulator
+        """Put ``record`` into the twin's accumulator."""
 
 
 class Producer(Blocking, _Producer[Transport, RecordFuture]):

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from talos import Admin, ApiError, TransportError, partition_for_key
+from talos import Admin, ApiError, ProducerIdentity, TransportError, partition_for_key
 
 __all__ = ["CHECKPOINT_PARTITIONS", "CHECKPOINT_TOPIC", "CheckpointStore"]
 
@@ -46,13 +46,17 @@ class CheckpointStore:
         """Every task's newest checkpoint of ``connector``: task key → document."""
         return self._client().connector_offsets(connector)
 
-    def save(self, connector: str, task: str, document: dict[str, Any]) -> None:
+    def save(
+        self, connector: str, task: str, document: dict[str, Any] | None, *, producer: ProducerIdentity | None = None
+    ) -> None:
         """Write the checkpoint; returns once it is durable. A retriable failure (over quota, a partition
-        moving, a server restarting) is retried for ``timeout_s``; then, or on any other error, raises."""
+        moving, a server restarting) is retried for ``timeout_s``; then, or on any other error, raises.
+        ``producer``: the task's named producer, so a fenced (zombie) task's checkpoint is refused. A
+        ``document`` of None removes the task's checkpoint."""
         deadline = time.monotonic() + self._timeout_s
         while True:
             try:
-                self._client().save_connector_offsets(connector, task, document)
+                self._client().save_connector_offsets(connector, task, document, producer=producer)
                 return
             except (ApiError, TransportError) as exc:
                 wait = getattr(exc, "retry_after", None) or _RETRY_S

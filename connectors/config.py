@@ -44,6 +44,12 @@ class _SinkSettings(_Settings):
     session_timeout_s: Annotated[float, Field(gt=0.5, le=300)] = 10.0  # the group lock of each partition
 
 
+class _SourceSettings(_Settings):
+    # How long a task's claim on its work lasts unless renewed (renewed every third of it): a second runner
+    # of the same connector waits this long after the first dies, then takes over.
+    lease_s: Annotated[float, Field(gt=0.5, le=300)] = 10.0
+
+
 class _HdfsSettings(_Settings):
     namenode: str  # WebHDFS address of the NameNode, http://host:port
     path: str
@@ -67,7 +73,7 @@ class HdfsSinkSettings(_SinkSettings, _HdfsSettings):
     roll_ms: Annotated[int, Field(ge=1)] = 60_000
 
 
-class HdfsSourceSettings(_HdfsSettings):
+class HdfsSourceSettings(_SourceSettings, _HdfsSettings):
     # path: a directory; its files (not sub-directories) are read
     format: Literal["jsonl", "text"] = "jsonl"
     pattern: str = "*"  # fnmatch pattern of file names to read
@@ -104,7 +110,7 @@ class ElasticsearchSinkSettings(_SinkSettings, _SearchSettings):
         return check_index_pattern(value)
 
 
-class ElasticsearchSourceSettings(_SearchSettings):
+class ElasticsearchSourceSettings(_SourceSettings, _SearchSettings):
     index: str  # an index name or pattern to read
     query: dict[str, Any] = Field(default_factory=lambda: {"match_all": {}})
     timestamp_field: str = "@timestamp"

@@ -373,6 +373,11 @@ class PartitionLog:
             newer = False
         return FencedError(f"{self._dir}: fenced by a newer epoch ({error})") if newer else error
 
+    def check_owner(self) -> None:
+        """Raise :class:`FencedError` if a newer owner took the partition over (asks the storage)."""
+        self._check()
+        self._check_not_fenced()
+
     def _check_not_fenced(self) -> None:
         assert self._writer is not None
         if not self._writer.still_linked():

@@ -319,6 +319,7 @@ class Broker:
                     self.read_pool.for_key((topic, index, plog.epoch)),
                     group_commit=self.config.group_commit,
                     producers=producers,
+                    epochs=self.producer_ids,
                     flush_timeout_s=self.config.flush_timeout_s,
                     version=ring_version,
                 )

@@ -18,7 +18,7 @@ inside CLI commands); ``import talos`` loads neither ``cli`` nor ``devservices``
 from __future__ import annotations
 
 from talos._accumulator import RecordMetadata
-from talos._admin import DEFAULT_URL, Admin, AsyncAdmin, PartitionInfo, TopicInfo
+from talos._admin import DEFAULT_URL, Admin, AsyncAdmin, PartitionInfo, ProducerIdentity, TopicInfo
 from talos._codec import (
     HEADER_SIZE,
     BatchHeader,
@@ -48,6 +48,7 @@ from talos._errors import (
     NotFoundError,
     OffsetOutOfRangeError,
     PermissionDeniedError,
+    ProducerFencedError,
     QuotaExceededError,
     TalosError,
     TransportError,
@@ -88,6 +89,8 @@ __all__ = [
     "PartitionInfo",
     "Producer",
     "ProducerClosedError",
+    "ProducerFencedError",
+    "ProducerIdentity",
     "PermissionDeniedError",
     "QuotaExceededError",
     "Record",

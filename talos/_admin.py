@@ -19,7 +19,17 @@ from talos._steps import Request, Steps, http
 from talos._tenants import SecurityCalls as calls
 from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
 
-__all__ = ["DEFAULT_URL", "Admin", "AsyncAdmin", "PartitionInfo", "TopicInfo", "TopicSettings", "offsets_call", "send"]
+__all__ = [
+    "DEFAULT_URL",
+    "Admin",
+    "AsyncAdmin",
+    "PartitionInfo",
+    "ProducerIdentity",
+    "TopicInfo",
+    "TopicSettings",
+    "offsets_call",
+    "send",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 _JSON = {"content-type": "application/json"}
@@ -37,6 +47,20 @@ class PartitionInfo:
     def from_json(cls, data: Any) -> PartitionInfo:
         # Only the fields we know: a newer server may add more.
         return cls(data["partition"], data.get("earliest"), data.get("latest"), data.get("owner"))
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdentity:
+    """An idempotent producer's id and epoch: what ``Producer(producer_id=, producer_epoch=)`` continues."""
+
+    producer_id: int
+    producer_epoch: int
+
+    @classmethod
+    def from_response(cls, response: Response) -> ProducerIdentity:
+        data = response.json()
+        assert isinstance(data, dict)
+        return cls(int(data["producer_id"]), int(data["producer_epoch"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +161,27 @@ def _connector_offsets(connector: str) -> _Call[dict[str, dict[str, Any]]]:
     return _Call("GET", _connector_offsets_path(connector), lambda r: r.json()["tasks"])  # type: ignore[index]
 
 
-def _save_connector_offsets(connector: str, task: str, checkpoint: dict[str, Any] | None) -> _Call[None]:
-    body = orjson.dumps({"task": task, "checkpoint": checkpoint})
+def _save_connector_offsets(
+    connector: str, task: str, checkpoint: dict[str, Any] | None, producer: ProducerIdentity | None
+) -> _Call[None]:
+    fields = (
+        {} if producer is None else {"producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch}
+    )
+    body = orjson.dumps({"task": task, "checkpoint": checkpoint, **fields})
     return _Call("PUT", _connector_offsets_path(connector), lambda r: None, body)
+
+
+def _claim_producer(name: str, lease_ms: int, holder: ProducerIdentity | None) -> _Call[ProducerIdentity]:
+    body = {"name": name, "lease_ms": lease_ms, **(_identity(holder) if holder else {})}
+    return _Call("POST", "/v1/producers", ProducerIdentity.from_response, orjson.dumps(body))
+
+
+def _identity(producer: ProducerIdentity) -> dict[str, int]:
+    return {"producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch}
+
+
+def _fence(path: str, holder: ProducerIdentity) -> _Call[None]:
+    return _Call("POST", path, lambda r: None, orjson.dumps(_identity(holder)))
 
 
 def _changes(partitions: int | None, retention_ms: int | None, retention_bytes: int | None) -> dict[str, int | None]:
@@ -248,9 +290,42 @@ class _Admin(ClientBase[AnyTransport]):
         return self._send(_connector_offsets(connector))
 
     @operation
-    def save_connector_offsets(self, connector: str, task: str, checkpoint: dict[str, Any] | None) -> Steps[None]:
-        """Save one task's checkpoint (None removes it); durable when this returns."""
-        return self._send(_save_connector_offsets(connector, task, checkpoint))
+    def save_connector_offsets(
+        self, connector: str, task: str, checkpoint: dict[str, Any] | None, *, producer: ProducerIdentity | None = None
+    ) -> Steps[None]:
+        """Save one task's checkpoint (None removes it); durable when this returns. With ``producer`` (the
+        task's named producer) the save raises :class:`ProducerFencedError` once a newer instance of the task
+        fenced the connector (:meth:`fence_connector`)."""
+        return self._send(_save_connector_offsets(connector, task, checkpoint, producer))
+
+    @operation
+    def fence_connector(self, connector: str, producer: ProducerIdentity) -> Steps[None]:
+        """Refuse older epochs of ``producer`` on the connector's checkpoints; every checkpoint they saved
+        before is readable when this returns."""
+        return self._send(_fence(f"/v1/connectors/{quote(connector, safe='')}/fence", producer))
+
+    # ---------------------------------------------------------------- named producers
+
+    @operation
+    def claim_producer(self, name: str, *, lease_s: float = 0.0) -> Steps[ProducerIdentity]:
+        """The named producer ``name`` (one id per tenant and name, like Kafka's ``transactional.id``) at a new
+        epoch, which fences every older instance wherever it is fenced (:meth:`fence_topic`) or the new one
+        writes. With ``lease_s``, no other claim succeeds for that long unless this instance renews
+        (:meth:`renew_producer`) — it raises a retriable :class:`ConflictError` ``PRODUCER_BUSY`` with
+        ``retry_after`` — so a second instance waits instead of fencing a live one."""
+        return self._send(_claim_producer(name, int(lease_s * 1000), None))
+
+    @operation
+    def renew_producer(self, name: str, producer: ProducerIdentity, *, lease_s: float) -> Steps[ProducerIdentity]:
+        """Extend the lease of a claimed named producer (``lease_s=0`` releases it). Raises
+        :class:`ProducerFencedError` if a newer instance has claimed it."""
+        return self._send(_claim_producer(name, int(lease_s * 1000), producer))
+
+    @operation
+    def fence_topic(self, topic: str, producer: ProducerIdentity) -> Steps[None]:
+        """Refuse older epochs of ``producer`` on every partition of ``topic``; every write they had
+        acknowledged, or still get acknowledged, is readable when this returns."""
+        return self._send(_fence(f"/v1/topics/{quote(topic, safe='')}/fence", producer))
 
     # ---------------------------------------------------------------- tenants, tokens, grants, quotas
     # The admin token manages everything; a tenant's token manages its own tokens, grants on its topics,

@@ -32,8 +32,9 @@ Each record is ``uvarint(body_length) body`` with body::
 Record ``i`` has offset ``base_offset + i`` (there is no per-record offset delta). ``flags`` is 0 (no
 compression is implemented). ``producer_id`` is -1 (not idempotent: epoch and sequence are ignored) or
 an id >= 0 with an epoch in 0..32767 and sequences ``base_sequence .. base_sequence + record_count - 1``
-within 0..2**31-1. :func:`validate_batch` checks this and the records' framing; the server stores nothing
-it rejects.
+within 0..2**31-1, or ``base_sequence`` -1: the epoch is checked (a stale one is fenced), the batch is not
+deduplicated (what a fenced task's checkpoint writes use). :func:`validate_batch` checks this and the
+records' framing; the server stores nothing it rejects.
 """
 
 from __future__ import annotations
@@ -301,7 +302,7 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
         raise CorruptBatchError(f"record_count {count} cannot fit in {header.length} bytes")
     if header.producer_id >= 0:
         last_sequence = header.base_sequence + count - 1
-        if not 0 <= header.producer_epoch <= _MAX_EPOCH or header.base_sequence < 0 or last_sequence > _MAX_SEQUENCE:
+        if not 0 <= header.producer_epoch <= _MAX_EPOCH or header.base_sequence < -1 or last_sequence > _MAX_SEQUENCE:
             raise CorruptBatchError(
                 f"producer {header.producer_id}: epoch {header.producer_epoch} or sequences "
                 f"{header.base_sequence}..{last_sequence} out of range"

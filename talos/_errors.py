@@ -13,7 +13,8 @@ Tree::
           ├── PermissionDeniedError   403: the token's tenant may not do this
           ├── NotFoundError           404: unknown topic or partition
           ├── ConflictError           409: e.g. the topic exists
-          │    └── CommitFailedError  409: the member no longer holds the partition (revoked, lock expired)
+          │    ├── CommitFailedError  409: the member no longer holds the partition (revoked, lock expired)
+          │    └── ProducerFencedError 409: a newer instance of this producer id took over (fatal for it)
           ├── OffsetOutOfRangeError   416: .earliest .latest
           ├── QuotaExceededError      429: .retry_after seconds (retriable; not for a partition count quota)
           └── UnavailableError        500, 503: partition moving, storage failing (retriable)
@@ -26,6 +27,7 @@ __all__ = [
     "ApiError",
     "AuthenticationError",
     "PermissionDeniedError",
+    "ProducerFencedError",
     "BatchError",
     "CommitFailedError",
     "ConflictError",
@@ -112,6 +114,11 @@ class CommitFailedError(ConflictError):
     lock expired) or is no longer in the group. The messages will be delivered again to the next holder."""
 
 
+class ProducerFencedError(ConflictError):
+    """409 ``PRODUCER_FENCED``: a newer epoch of this producer id exists (another instance claimed it), so
+    this instance may write nothing more. A producer that gets it fails every later send with it too."""
+
+
 class OffsetOutOfRangeError(ApiError):
     """416: the offset is outside the partition's ``[earliest, latest]``."""
 
@@ -164,6 +171,8 @@ def api_error(status: int, body: dict[str, object] | None, retry_after: float | 
     if not isinstance(error, dict):
         error = {"code": f"HTTP_{status}", "message": "error response without a Talos error body"}
     kind = _BY_STATUS.get(status, ApiError)
+    if error.get("code") == "PRODUCER_FENCED":
+        kind = ProducerFencedError
     retriable = bool(error.get("retriable", kind in (UnavailableError, QuotaExceededError)))
     details = {k: v for k, v in error.items() if k not in ("code", "message", "retriable")}
     return kind(

@@ -24,7 +24,7 @@ from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose
 from talos._admin import DEFAULT_URL
 from talos._clients import Asynchronous, Blocking, ClientBase, operation
 from talos._codec import RecordData, encode_batch
-from talos._errors import ApiError, NotFoundError, TalosError, TransportError
+from talos._errors import ApiError, NotFoundError, ProducerFencedError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordFuture
 from talos._routing import RouteTable, refresh_steps
 from talos._steps import Request, Steps, http, pause
@@ -83,6 +83,9 @@ class Idempotence:
         self.epoch = epoch
         self.next: dict[tuple[str, int], int] = {}
         self.stale = False  # a batch failed for good: its sequences are a gap; start a new epoch
+        # A newer instance took the id over: this one must write nothing more. Never answered with a new epoch
+        # of its own, which would fence the newer instance in turn.
+        self.fenced: ProducerFencedError | None = None
 
     def fields(self, batch: PendingBatch[Any]) -> dict[str, int]:
         if batch.sequence is None:
@@ -153,8 +156,11 @@ def _result(response: Response) -> tuple[int, int, int, int]:
     return base, base + count, int(result.get("durable_offset", 0)), int(result.get("session", 0))
 
 
-def _register(url: str, producer_id: int | None) -> Steps[Idempotence]:
-    """Ask for a producer id (or a new epoch of ``producer_id``): the start of an idempotent producer."""
+def _register(url: str, producer_id: int | None, epoch: int | None) -> Steps[Idempotence]:
+    """Ask for a producer id (or a new epoch of ``producer_id``): the start of an idempotent producer. With
+    an ``epoch`` (a named producer's, claimed through the admin API) there is nothing to ask."""
+    if producer_id is not None and epoch is not None:
+        return Idempotence(producer_id, epoch)
     answer = check((yield from http(Request("POST", **_init_request(url, producer_id))))).json()
     return Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
 
@@ -190,9 +196,16 @@ def _deliver(
         result = (0, 0, 0, 0)
         try:
             yield from refresh_steps(producer._routes, batch.topic)
-            if producer._idempotence is not None and producer._idempotence.stale:
-                yield from _new_epoch(producer)
+            if producer._idempotence is not None:
+                if producer._idempotence.fenced is not None:
+                    raise producer._idempotence.fenced
+                if producer._idempotence.stale:
+                    yield from _new_epoch(producer)
             result = _result((yield from http(Request("POST", **_produce_request(producer, batch)))))
+        except ProducerFencedError as exc:
+            error = exc
+            if producer._idempotence is not None:
+                producer._idempotence.fenced = exc
         except Exception as exc:
             error = exc
         delay = _after_attempt(producer, window, queue, result, error)
@@ -247,6 +260,7 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         route_to_owner: bool = True,
         idempotent: bool = False,
         producer_id: int | None = None,
+        producer_epoch: int | None = None,
         transport: AnyTransport | None = None,
         token: str | None = None,
     ) -> None:
@@ -259,6 +273,9 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._idempotent = idempotent or producer_id is not None
         self._producer_id = producer_id
+        if producer_epoch is not None and producer_id is None:
+            raise ValueError("producer_epoch goes with producer_id")
+        self._producer_epoch = producer_epoch
         self._idempotence: Idempotence | None = None
         self._params = {"acks": acks}
         # acks="accepted": Swift's window per partition (what was accepted, until it is durable)
@@ -319,7 +336,10 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
     ``idempotent=True`` asks the cluster for a producer id; every batch carries it with an epoch and a
     per-partition sequence, so a resend after a lost acknowledgement (timeouts, failover) is stored once
     and answered with the original offsets. ``producer_id=`` continues as an earlier producer id with a
-    new epoch, fencing any older instance that still uses it. ``route_to_owner=False`` sends everything
+    new epoch, fencing any older instance that still uses it; with ``producer_epoch=`` too it continues at
+    that epoch (a named producer's, from :meth:`Admin.claim_producer`). Once a partition answers
+    ``PRODUCER_FENCED`` (a newer instance took the id over) every send fails with
+    :class:`ProducerFencedError`. ``route_to_owner=False`` sends everything
     to ``url`` (which forwards) instead of straight to each partition's owner. ``token=`` is the bearer
     token for servers with auth on (default: ``TALOS_TOKEN``); over a quota, batches wait what the 429
     says and go again.
@@ -327,7 +347,7 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
 
     def _begin(self) -> None:
         if self._idempotent:
-            self._idempotence = self._run(_register(self.url, self._producer_id))
+            self._idempotence = self._run(_register(self.url, self._producer_id, self._producer_epoch))
         self._acc: Accumulator[None] = Accumulator(batch_bytes=self._batch_bytes, linger_s=self._linger_s)
         self._cond = threading.Condition()
         self._epoch_lock = self._cond
@@ -511,7 +531,7 @@ class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, 
             raise ProducerClosedError("the producer is closed")
         count = await self.partitions_for(topic)
         if self._idempotent and self._idempotence is None:
-            self._idempotence = await self._run(_register(self.url, self._producer_id))
+            self._idempotence = await self._run(_register(self.url, self._producer_id, self._producer_epoch))
         while self._acc.buffered_bytes >= self._buffer_bytes:  # back-pressure: wait for room
             self._room.clear()
             await self._room.wait()

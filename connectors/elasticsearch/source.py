@@ -85,7 +85,9 @@ class ElasticsearchSourceTask:
         with contextlib.ExitStack() as cleanup:
             client = connect(self.settings)
             cleanup.callback(client.close)
-            writer = SourceWriter.for_task(self.connector, self.status, url=self.url, checkpoints=self._checkpoints)
+            writer = SourceWriter.for_task(
+                self.connector, self.status, url=self.url, checkpoints=self._checkpoints, stop=stop
+            )
             cleanup.callback(writer.close)
             state = writer.recover().get(str(self.status.task), {})
             after: list[Any] | None = state.get("after")
@@ -118,7 +120,7 @@ class ElasticsearchSourceTask:
                         break  # read to the end
                     writer.idle({"after": after, "tie": sorted(tie)})
                     stop.wait(self.settings.poll_ms / 1000)
-            writer.commit({"after": after, "tie": sorted(tie)}, clean=True)  # stopped gracefully, or finished
+            writer.commit({"after": after, "tie": sorted(tie)})  # stopped gracefully, or finished
 
     def _search(self, client: Any, body: dict[str, Any], stop: threading.Event) -> list[dict[str, Any]]:
         attempt = 0

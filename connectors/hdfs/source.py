@@ -97,7 +97,9 @@ class HdfsSourceTask:
     def run(self, stop: threading.Event) -> None:
         with contextlib.ExitStack() as cleanup:
             client = cleanup.enter_context(webhdfs(self.settings.namenode, self.settings.user))
-            writer = SourceWriter.for_task(self.connector, self.status, url=self.url, checkpoints=self._checkpoints)
+            writer = SourceWriter.for_task(
+                self.connector, self.status, url=self.url, checkpoints=self._checkpoints, stop=stop
+            )
             cleanup.callback(writer.close)
             for state in writer.recover().values():  # files may have belonged to another task before
                 for file_id, known in state.get("files", {}).items():
@@ -115,7 +117,7 @@ class HdfsSourceTask:
                 if not read:
                     writer.idle(self._state())
                     stop.wait(self.settings.poll_ms / 1000)
-            writer.commit(self._state(), clean=True)  # stopped gracefully
+            writer.commit(self._state())  # stopped gracefully
 
     def _will_read_again(self, message: Message) -> bool:
         parsed = parse_source((message.header(SOURCE_HEADER) or b"").decode())

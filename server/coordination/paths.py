@@ -8,6 +8,7 @@ RING = f"{ROOT}/ring"
 PARTITIONS = f"{ROOT}/partitions"
 TOPICS = f"{ROOT}/topics"
 PRODUCERS = f"{ROOT}/producers"
+PRODUCER_NAMES = f"{ROOT}/producer_names"
 GROUPS = f"{ROOT}/groups"
 
 

@@ -2,10 +2,15 @@
 
 A new id is a create of its node (a collision: another random id); the next epoch is a compare-and-set
 on the node version, so any server can allocate. The tenant is set at creation and never changes.
+
+Named producers: ``/talos/producer_names/<key>`` = ``{"tenant", "name", "producer_id", "epoch", "until_ms"}``
+(the lease). Taking a lease bumps the id's epoch and writes the lease in one ZooKeeper transaction, so two
+servers claiming at once cannot both win, and the winner's epoch is the id's newest.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -14,7 +19,16 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from server.coordination import paths
 from server.errors import ApiError
-from server.partition.producer_ids import UNKNOWN, OwnerCache, new_producer_id, unknown_producer
+from server.partition.producer_ids import (
+    UNKNOWN,
+    Lease,
+    OwnerCache,
+    fenced_holder,
+    name_key,
+    new_producer_id,
+    take_lease,
+    unknown_producer,
+)
 
 __all__ = ["ZkProducerIds"]
 
@@ -24,6 +38,7 @@ class ZkProducerIds:
         self._zk = zk
         self.owners = OwnerCache()
         zk.ensure_path(paths.PRODUCERS)
+        zk.ensure_path(paths.PRODUCER_NAMES)
 
     def _node(self, producer_id: int) -> tuple[dict[str, Any], Any]:
         try:
@@ -61,3 +76,50 @@ class ZkProducerIds:
             except BadVersionError:
                 continue
             return producer_id, int(node["epoch"])
+
+    def newer_epoch(self, producer_id: int, epoch: int) -> int | None:
+        try:
+            current = int(self._node(producer_id)[0]["epoch"])
+        except ApiError:
+            return None  # not allocated by this cluster (e.g. the servers' own usage producer of an old data dir)
+        return current if current > epoch else None
+
+    def claim(self, name: str, tenant: str | None, lease_ms: int, holder: tuple[int, int] | None) -> tuple[int, int]:
+        path = f"{paths.PRODUCER_NAMES}/{name_key(tenant, name)}"
+        while True:
+            try:
+                data, name_stat = self._zk.get(path)
+            except NoNodeError:
+                if holder is not None:
+                    raise unknown_producer(holder[0]) from None
+                producer_id, epoch = self.allocate(None, tenant)
+                lease = {"tenant": tenant, "name": name, "producer_id": producer_id, "epoch": epoch}
+                try:
+                    self._zk.create(path, orjson.dumps({**lease, "until_ms": _now_ms() + lease_ms}))
+                except NodeExistsError:
+                    continue  # another server named it first: the id just allocated is never used
+                return producer_id, epoch
+            record = orjson.loads(data)
+            producer_id = int(record["producer_id"])
+            node, id_stat = self._node(producer_id)
+            current, now = int(node["epoch"]), _now_ms()
+            if holder is not None:
+                if holder != (producer_id, current):
+                    raise fenced_holder(holder[0], holder[1], current)
+                try:
+                    self._zk.set(path, orjson.dumps({**record, "until_ms": now + lease_ms}), version=name_stat.version)
+                except BadVersionError:
+                    continue
+                return holder
+            take_lease(Lease(int(record["epoch"]), int(record["until_ms"])), current, now)
+            node["epoch"] = current + 1
+            transaction = self._zk.transaction()
+            transaction.set_data(f"{paths.PRODUCERS}/{producer_id}", orjson.dumps(node), version=id_stat.version)
+            lease_record = {**record, "epoch": current + 1, "until_ms": now + lease_ms}
+            transaction.set_data(path, orjson.dumps(lease_record), version=name_stat.version)
+            if all(not isinstance(result, Exception) for result in transaction.commit()):
+                return producer_id, current + 1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

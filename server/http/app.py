@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from fencing import OffsetOutOfRangeError
-from server import metrics, portal
+from server import connect_offsets, metrics, portal
 from server import partition_quota as partition_quotas
 from server.broker import Broker
 from server.config import ServerConfig
@@ -58,10 +58,34 @@ class TopicCreate(BaseModel):
     tenant: str | None = Field(None, description="the owner (the admin only; a tenant's topics are its own)")
 
 
+MAX_LEASE_MS = 600_000
+
+
 class ProducerInit(BaseModel):
     producer_id: int | None = Field(
         None, ge=0, le=INT64_MAX, description="an id allocated before: its next epoch, which fences the older instance"
     )
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[\x21-\x7e]+$",
+        description="a named producer (one id per tenant and name, like Kafka's transactional.id): its next epoch "
+        "and a lease; with producer_id and producer_epoch, the holder renews (lease_ms 0 releases)",
+    )
+    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1, description="with name: the holder's epoch")
+    lease_ms: int = Field(0, ge=0, le=MAX_LEASE_MS, description="with name: how long other claims wait")
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+class FenceRequest(BaseModel):
+    producer_id: int = Field(ge=0, le=INT64_MAX)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1)
 
 
 class TopicPatch(BaseModel):
@@ -378,15 +402,69 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             body = ProducerInit.model_validate_json(raw or b"{}")
         except ValidationError as exc:
-            message = f"expected {{'producer_id'?: int >= 0}}: {exc.errors()[0]['msg']}"
+            message = "expected {'producer_id'?, 'name'?, 'producer_epoch'?, 'lease_ms'?}: " + _first_error(exc)
             raise ApiError(400, "INVALID_REQUEST", message) from None
-        wanted = body.producer_id
         b = broker()
         tenant = principal(request).tenant if b.security.enabled else None  # the id's owner (None: the admin)
-        producer_id, epoch = await asyncio.get_running_loop().run_in_executor(
-            b.executor, b.producer_ids.allocate, wanted, tenant
+        loop = asyncio.get_running_loop()
+        if body.name is None:
+            if body.producer_epoch is not None or body.lease_ms:
+                raise ApiError(400, "INVALID_REQUEST", "producer_epoch and lease_ms go with a name")
+            producer_id, epoch = await loop.run_in_executor(
+                b.executor, b.producer_ids.allocate, body.producer_id, tenant
+            )
+            return json_response({"producer_id": producer_id, "producer_epoch": epoch})
+        if (body.producer_id is None) != (body.producer_epoch is None):
+            raise ApiError(400, "INVALID_REQUEST", "a renewal gives both producer_id and producer_epoch")
+        holder = (
+            None if body.producer_id is None or body.producer_epoch is None else (body.producer_id, body.producer_epoch)
         )
-        return json_response({"producer_id": producer_id, "producer_epoch": epoch})
+        producer_id, epoch = await loop.run_in_executor(
+            b.executor, b.producer_ids.claim, body.name, tenant, body.lease_ms, holder
+        )
+        return json_response({"producer_id": producer_id, "producer_epoch": epoch, "lease_ms": body.lease_ms})
+
+    async def _fence_body(request: Request) -> FenceRequest:
+        raw = await read_request_body(request, 4096)
+        try:
+            return FenceRequest.model_validate_json(raw or b"{}")
+        except ValidationError as exc:
+            message = "expected {'producer_id': int, 'producer_epoch': int}: " + _first_error(exc)
+            raise ApiError(400, "INVALID_REQUEST", message) from None
+
+    @app.post(
+        "/v1/topics/{topic}/fence",
+        tags=["producers"],
+        summary="Fence a producer's older epochs on every partition of the topic",
+        openapi_extra={"requestBody": {"content": {"application/json": {"schema": FenceRequest.model_json_schema()}}}},
+    )
+    async def fence_topic(topic: str, request: Request) -> Response:
+        authorize_message(broker(), principal(request), topic, "produce")
+        body = await _fence_body(request)
+        b = broker()
+        replies = await asyncio.gather(
+            *(
+                messages.fence(b, topic, p, request.headers, body.producer_id, body.producer_epoch)
+                for p in range(b.topic(topic).partitions)
+            )
+        )
+        for reply in replies:
+            if reply.status != 200:
+                return as_response(reply)
+        return json_response({"topic": topic, "partitions": len(replies), "producer_epoch": body.producer_epoch})
+
+    @app.post(
+        "/v1/topics/{topic}/partitions/{partition}/fence",
+        tags=["producers"],
+        summary="Fence a producer's older epochs on one partition (durable when answered)",
+        openapi_extra={"requestBody": {"content": {"application/json": {"schema": FenceRequest.model_json_schema()}}}},
+    )
+    async def fence_partition(topic: str, partition: PartitionIndex, request: Request) -> Response:
+        authorize_message(broker(), principal(request), topic, "produce")
+        body = await _fence_body(request)
+        broker().check_partition(topic, partition)
+        reply = await messages.fence(broker(), topic, partition, request.headers, body.producer_id, body.producer_epoch)
+        return as_response(reply)
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
 
@@ -438,9 +516,10 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 async def _maintain(broker: Broker, coordinator: GroupCoordinator) -> None:
     while True:
-        await asyncio.sleep(30)
+        await asyncio.sleep(broker.config.maintenance_interval_s)
         started = time.monotonic()
         try:
+            await connect_offsets.index_of(broker).maintain()  # first: snapshots are due before retention runs
             await broker.maintain()
             await coordinator.maintain()
         except Exception:

@@ -5,14 +5,15 @@ internal topic ``__connect_offsets``, which tenants cannot reach directly. Each 
 ``<connector>/<task>`` and carries the writing tenant in a header taken from the authenticated principal
 (the admin's, as with auth off, carry none), so tenant B can neither read nor rewind A's connector, even
 one of the same name. The newest record of a (tenant, connector, task) wins; a null document removes the
-task's checkpoint. All of a connector's records go to one partition (by its name), so a load reads one.
+task's checkpoint. All of a connector's records go to one partition (by its name). A load is answered from
+this server's index of that partition (``server.connect_offsets``: snapshots, retention, read-your-writes),
+so a task's start reads its connector's latest state, not the partition's history.
 Records that runners wrote directly before this API existed are the admin's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -22,23 +23,19 @@ from starlette.responses import Response
 
 from server import internal_topics
 from server.broker import Broker
+from server.connect_offsets import CONNECT_OFFSETS_TOPIC, TENANT_RECORD_HEADER, index_of, partition_of, topic_config
 from server.errors import ApiError
 from server.http import messages
 from server.http.fastpath import MAX_ADMIN_BODY, read_body
 from server.http.messages import BATCH_CONTENT_TYPE
 from server.http.reply import answer_of, json_response
 from server.security.api import broker_of, principal
-from server.topics import TopicConfig
 from server.usage.meter import TENANT_HEADER
-from talos import Record, RecordData, decode_records, encode_batch, iter_batches, partition_for_key
+from talos import RecordData, encode_batch
 
-__all__ = ["CONNECT_OFFSETS_TOPIC", "TENANT_RECORD_HEADER", "checkpoints_of", "router"]
+__all__ = ["CONNECT_OFFSETS_TOPIC", "TENANT_RECORD_HEADER", "partition_of", "router"]
 
-CONNECT_OFFSETS_TOPIC = "__connect_offsets"
-_PARTITIONS = 8
-TENANT_RECORD_HEADER = "talos-tenant"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # connector names (connectors.config)
-_READ_BYTES = 4 * 1024 * 1024
 
 router = APIRouter(prefix="/v1/connectors", tags=["connectors"])
 
@@ -46,6 +43,13 @@ router = APIRouter(prefix="/v1/connectors", tags=["connectors"])
 class CheckpointPut(BaseModel):
     task: str = Field(min_length=1, max_length=100, description="the task's key within the connector")
     checkpoint: dict[str, Any] | None = Field(description="the task's positions; null removes them")
+    producer_id: int | None = Field(None, ge=0, le=2**63 - 1, description="the task's producer (fences a zombie)")
+    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1, description="with producer_id: its epoch")
+
+
+class FenceBody(BaseModel):
+    producer_id: int = Field(ge=0, le=2**63 - 1)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1)
 
 
 def _check_name(name: str) -> None:
@@ -53,70 +57,22 @@ def _check_name(name: str) -> None:
         raise ApiError(400, "INVALID_REQUEST", "a connector name is 1-100 of A-Z a-z 0-9 . _ -, not starting . _ -")
 
 
-def partition_of(connector: str) -> int:
-    return partition_for_key(connector.encode(), _PARTITIONS)
-
-
-def checkpoints_of(records: Iterable[Record], tenant: str | None, connector: str) -> dict[str, dict[str, Any]]:
-    """Every task's newest checkpoint of ``tenant``'s ``connector`` among ``records`` (oldest first)."""
-    prefix = f"{connector}/".encode()
-    wanted = None if tenant is None else tenant.encode()
-    found: dict[str, dict[str, Any]] = {}
-    for record in records:
-        if record.key is None or not record.key.startswith(prefix):
-            continue
-        if dict(record.headers).get(TENANT_RECORD_HEADER) != wanted:
-            continue  # another tenant's connector of the same name
-        task = record.key[len(prefix) :].decode(errors="replace")
-        if record.value is None:
-            found.pop(task, None)
-            continue
-        try:
-            document = orjson.loads(record.value)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(document, dict):
-            found[task] = document
-        else:
-            found.pop(task, None)
-    return found
-
-
-async def _records(broker: Broker, partition: int) -> list[Record]:
-    """Every record of the partition, read as the server (unmetered: a quota cut short would lose some)."""
-    offset, end = await internal_topics.bounds(broker, CONNECT_OFFSETS_TOPIC, partition)
-    out: list[Record] = []
-    while offset < end:
-        query = {"offset": str(offset), "max_bytes": str(_READ_BYTES)}
-        reply = await messages.fetch(broker, CONNECT_OFFSETS_TOPIC, partition, {"accept": BATCH_CONTENT_TYPE}, query)
-        if reply.status != 200:
-            answer_of(reply)  # raises the owner's error
-        before = offset
-        for position, _header in iter_batches(reply.body, verify=True):
-            for record in decode_records(reply.body, position, verify=False):
-                if record.offset >= offset:
-                    out.append(record)
-                    offset = record.offset + 1
-        if offset == before:
-            break  # retention removed the rest as we read
-    return out
-
-
 async def load(broker: Broker, tenant: str | None, connector: str) -> dict[str, dict[str, Any]]:
-    try:
-        broker.topic(CONNECT_OFFSETS_TOPIC)
-    except ApiError as exc:
-        if exc.status == 404:
-            return {}  # nothing was ever checkpointed
-        raise
-    return checkpoints_of(await _records(broker, partition_of(connector)), tenant, connector)
+    return await index_of(broker).load(tenant, connector)
 
 
 async def save(
-    broker: Broker, tenant: str | None, connector: str, task: str, checkpoint: dict[str, Any] | None
+    broker: Broker,
+    tenant: str | None,
+    connector: str,
+    task: str,
+    checkpoint: dict[str, Any] | None,
+    producer: tuple[int, int] | None = None,
 ) -> None:
-    """Write the checkpoint durably. The tenant's write is billed to it (its produce quota applies)."""
-    await internal_topics.ensure(broker, TopicConfig(CONNECT_OFFSETS_TOPIC, _PARTITIONS))
+    """Write the checkpoint durably. The tenant's write is billed to it (its produce quota applies). With
+    ``producer`` (the task's id and epoch) the write is refused (409 ``PRODUCER_FENCED``) once a newer
+    instance of the task has fenced the connector's partition."""
+    await internal_topics.ensure(broker, topic_config())
     record_headers = [] if tenant is None else [(TENANT_RECORD_HEADER, tenant.encode())]
     try:
         value = None if checkpoint is None else orjson.dumps(checkpoint)
@@ -126,8 +82,12 @@ async def save(
     headers = {"content-type": BATCH_CONTENT_TYPE}
     if tenant is not None:
         headers[TENANT_HEADER] = tenant
-    batch = bytes(encode_batch([record]))
-    answer_of(await messages.produce(broker, CONNECT_OFFSETS_TOPIC, partition_of(connector), headers, {}, batch))
+    fields = (
+        {} if producer is None else {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": -1}
+    )
+    batch = bytes(encode_batch([record], **fields))
+    reply = await messages.produce(broker, CONNECT_OFFSETS_TOPIC, partition_of(connector), headers, {}, batch)
+    index_of(broker).written(partition_of(connector), answer_of(reply), [record])  # after answer_of: stored
 
 
 @router.get("/{name}/offsets", summary="A connector's checkpoints (the caller's tenant's connector of that name)")
@@ -150,5 +110,35 @@ async def put_offsets(name: str, request: Request) -> Response:
         body = CheckpointPut.model_validate_json(raw)
     except ValidationError as exc:
         raise ApiError(400, "INVALID_REQUEST", f"expected {{'task', 'checkpoint'}}: {exc.errors()[0]['msg']}") from None
-    await save(broker, tenant, name, body.task, body.checkpoint)
+    producer = None
+    if body.producer_id is not None:
+        producer = (body.producer_id, body.producer_epoch or 0)
+    await save(broker, tenant, name, body.task, body.checkpoint, producer)
     return json_response({"connector": name, "task": body.task})
+
+
+@router.post(
+    "/{name}/fence",
+    summary="Fence a task's older producer epochs on the connector's checkpoints (durable when answered)",
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": FenceBody.model_json_schema()}}}},
+)
+async def fence_checkpoints(name: str, request: Request) -> Response:
+    """A new instance of a source task calls this (and fences its topic) before it reads its checkpoints:
+    a zombie instance's checkpoint is then either in what it reads or refused."""
+    _check_name(name)
+    broker = broker_of(request)
+    tenant = principal(request).tenant
+    raw = await read_body(request.receive, MAX_ADMIN_BODY, request.headers.get("content-length"))
+    try:
+        body = FenceBody.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ApiError(
+            400, "INVALID_REQUEST", f"expected {{'producer_id', 'producer_epoch'}}: {exc.errors()[0]['msg']}"
+        ) from None
+    await internal_topics.ensure(broker, topic_config())
+    headers = {} if tenant is None else {TENANT_HEADER: tenant}
+    partition = partition_of(name)
+    answer_of(
+        await messages.fence(broker, CONNECT_OFFSETS_TOPIC, partition, headers, body.producer_id, body.producer_epoch)
+    )
+    return json_response({"connector": name, "producer_epoch": body.producer_epoch})

@@ -509,3 +509,32 @@ async def offsets(
     if "timestamp" in query:
         answer["offset"] = await loaded.offset_for_timestamp(int_param(query, "timestamp", None))
     return Reply(200, orjson.dumps(answer))
+
+
+def fence_fields(doc: object) -> tuple[int, int]:
+    """``producer_id`` and ``producer_epoch`` of a fence request's JSON body."""
+    if not isinstance(doc, dict):
+        raise ApiError(400, "INVALID_REQUEST", "expected {'producer_id': int, 'producer_epoch': int}")
+    fields = _idempotence({**doc, "sequence": 0})
+    if not fields:
+        raise ApiError(400, "INVALID_REQUEST", "producer_id is required")
+    return fields["producer_id"], fields["producer_epoch"]
+
+
+async def fence(
+    broker: Broker, topic: str, partition: int, headers: Mapping[str, str], producer_id: int, epoch: int
+) -> Reply:
+    """``POST /v1/topics/{t}/partitions/{p}/fence``: the partition refuses the producer's older epochs from
+    now on, and everything it accepted from them before is durable when this answers."""
+    try:
+        loaded = await broker.partition(topic, partition)
+    except NotOwnerError as exc:
+        body = orjson.dumps({"producer_id": producer_id, "producer_epoch": epoch})
+        passed = {k: v for k, v in headers.items() if k in (HOPS_HEADER, TENANT_HEADER, "authorization")}
+        passed["content-type"] = "application/json"
+        return await _forward(broker, exc.owner, "POST", topic, partition, "fence", passed, {}, body)
+    if broker.security.enabled and TENANT_HEADER in headers:
+        await _authorize_producers(broker, headers[TENANT_HEADER], {producer_id})
+    _admit(broker, headers, topic, "produce")  # a request like a produce, of no bytes
+    result = await loaded.fence(producer_id, epoch)
+    return Reply(200, orjson.dumps({"partition": partition, "producer_epoch": epoch, **result.marks()}))

@@ -3,6 +3,13 @@
 Group commit: produce requests queue on the partition; one commit task at a time takes *every* queued
 request, appends them to the log and flushes once (in an I/O thread), then answers each with its own
 offsets or all with the same error. With group commit off, each request gets its own flush.
+
+Fencing idempotent producers: a partition refuses an epoch older than the newest it knows of the producer.
+It learns the newest from the producer's batches, from a *fence* (:meth:`LoadedPartition.fence`, which a new
+instance sends to every partition it may write before it starts), and, the first time a producer writes
+here after a load, from the allocator itself (``epochs``): a load forgets the fences, not the allocator. A
+fence goes through the same queue as the writes and returns only after a flush and a check that this load
+still owns the partition, so every write it did not refuse is durable, and readable, when it returns.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server import metrics
@@ -65,6 +72,11 @@ class FetchResult:
     start_offset: int
 
 
+class Epochs(Protocol):
+    def newer_epoch(self, producer_id: int, epoch: int) -> int | None:
+        """The producer's current epoch if newer than ``epoch``. Does I/O."""
+
+
 @dataclass(eq=False)
 class _Request:
     batch: bytearray
@@ -74,6 +86,7 @@ class _Request:
     offsets: tuple[int, int] | None = None
     error: Exception | None = field(default=None)
     duplicate: bool = False
+    fence: tuple[int, int] | None = None  # (producer id, epoch): a fence, not a batch
 
 
 def as_api_error(error: Exception) -> ApiError:
@@ -109,6 +122,7 @@ class LoadedPartition:
         *,
         group_commit: bool,
         producers: ProducerStates | None = None,
+        epochs: Epochs | None = None,
         flush_timeout_s: float = 20.0,
         version: int = 0,
     ) -> None:
@@ -116,6 +130,8 @@ class LoadedPartition:
         self.index = index
         self.log = log
         self.producers = producers or ProducerStates()
+        self._epochs = epochs
+        self._verified: set[int] = set()  # producer ids whose newest epoch this load asked the allocator for
         self.version = version
         self.tail = tail
         # Writes (append + flush, close) and reads (segment reads, time scans) on separate pools: a read
@@ -144,6 +160,17 @@ class LoadedPartition:
     async def produce(self, batch: bytearray, *, durable: bool = True, verify: bool = True) -> ProduceResult:
         loop = asyncio.get_running_loop()
         request = _Request(batch, durable, loop.create_future(), verify)
+        self._queue.append(request)
+        if not self._committing:
+            self._committing = True
+            self._commit_task = loop.create_task(self._commit_loop())
+        return await request.future
+
+    async def fence(self, producer_id: int, epoch: int) -> ProduceResult:
+        """Refuse ``producer_id``'s epochs below ``epoch`` from now on; returns once every write queued before
+        is durable and this load is known to still own the partition (else raises, like a failed write)."""
+        loop = asyncio.get_running_loop()
+        request = _Request(bytearray(), True, loop.create_future(), fence=(producer_id, epoch))
         self._queue.append(request)
         if not self._committing:
             self._committing = True
@@ -187,7 +214,12 @@ class LoadedPartition:
                         )
                         request.future.set_result(result)
                 for request in group:
-                    if request.error is None and request.offsets is not None and not request.duplicate:
+                    if (
+                        request.error is None
+                        and request.offsets is not None
+                        and not request.duplicate
+                        and request.batch
+                    ):
                         self.tail.add(request.offsets[0], request.offsets[1], request.batch)
                 self._data.set()
                 self._data = asyncio.Event()
@@ -199,9 +231,17 @@ class LoadedPartition:
 
     def _write(self, group: list[_Request], loop: asyncio.AbstractEventLoop) -> int:
         """In an I/O thread: append every request, one flush for all. Returns the durable offset."""
+        fences = []
         for request in group:
+            if request.fence is not None:
+                self.producers.fence(*request.fence)
+                self._verified.add(request.fence[0])
+                fences.append(request)
+                continue
             try:
                 header = read_header(request.batch)
+                if header.producer_id >= 0 and header.producer_id not in self._verified:
+                    self._verify(header.producer_id, header.producer_epoch)
                 verdict = self.producers.check(header)
                 if isinstance(verdict, Duplicate):  # answered after this flush, as the original was
                     base = verdict.base_offset
@@ -217,7 +257,26 @@ class LoadedPartition:
                 result = ProduceResult(*request.offsets, self.log.durable_offset, self.log.epoch, False, self.version)
                 loop.call_soon_threadsafe(_resolve, request.future, result)
         self.flushes += 1
-        return self.log.flush()
+        durable = self.log.flush()
+        if fences:
+            self.log.check_owner()  # a load that lost the partition must not answer a fence
+            for request in fences:
+                request.offsets = (durable, durable)
+                request.duplicate = True  # nothing stored
+        return durable
+
+    def _verify(self, producer_id: int, epoch: int) -> None:
+        """The first write of a producer since this load: fence it up to the allocator's newest epoch."""
+        if self._epochs is not None:
+            try:
+                newer = self._epochs.newer_epoch(producer_id, epoch)
+            except Exception as exc:  # ZooKeeper or the storage unreachable: this batch only, retriable
+                raise ApiError(
+                    503, "PRODUCER_CHECK_FAILED", f"cannot check producer {producer_id}'s epoch: {exc}", retriable=True
+                ) from exc
+            if newer is not None:
+                self.producers.fence(producer_id, newer)
+        self._verified.add(producer_id)
 
     # ---------------------------------------------------------------- fetch
 

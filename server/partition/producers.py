@@ -5,6 +5,10 @@ partition's owner appends it only if its sequence follows the producer's last on
 it already stored (the acknowledgement was lost) is answered with the original offsets and not stored
 again; a gap is an error; an older epoch is fenced. The state is rebuilt from the log's tail when a
 partition is loaded, so it survives failover. This module is the pure part: no I/O.
+
+A new instance can also *fence* a partition before it writes there (:meth:`ProducerStates.fence`): from then
+on the older epoch is refused even if the new one never writes to the partition. A batch with base sequence
+-1 is epoch-only: fenced when stale, otherwise stored without deduplication.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class ProducerStates:
             return Append()  # a producer this partition has not seen (or whose state is older than the tail)
         if header.producer_epoch < known.epoch:
             raise _fenced(header.producer_id, header.producer_epoch, known.epoch)
+        if first < 0:
+            return Append()  # epoch-only
         if header.producer_epoch > known.epoch:
             if first != 0:
                 raise _gap(header, expected=0)
@@ -83,6 +89,9 @@ class ProducerStates:
         """The batch was appended at ``base_offset``."""
         if header.producer_id < 0:
             return
+        if header.base_sequence < 0:
+            self.fence(header.producer_id, header.producer_epoch)
+            return
         last = header.base_sequence + header.record_count - 1
         known = self._producers.get(header.producer_id)
         if known is None or header.producer_epoch != known.epoch:
@@ -90,6 +99,16 @@ class ProducerStates:
             self._producers[header.producer_id] = known
         known.last_sequence = last
         known.batches.append((header.base_sequence, last, base_offset))
+
+    def fence(self, producer_id: int, epoch: int) -> None:
+        """Refuse epochs of ``producer_id`` below ``epoch`` from now on; the new epoch starts at sequence 0."""
+        known = self._producers.get(producer_id)
+        if known is None or epoch > known.epoch:
+            self._producers[producer_id] = _Producer(epoch, -1)
+
+    def epoch_of(self, producer_id: int) -> int | None:
+        known = self._producers.get(producer_id)
+        return None if known is None else known.epoch
 
     @classmethod
     def rebuild(cls, headers: Iterable[BatchHeader]) -> ProducerStates:

@@ -5,10 +5,12 @@ owner's next write is stored; another tenant cannot bump the id's epoch through 
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pytest
 
-from talos import Admin, RecordData, encode_batch
+from talos import Admin, ConflictError, Consumer, Producer, ProducerFencedError, RecordData, encode_batch
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.helpers import create_tenants
 
@@ -48,3 +50,74 @@ def test_another_tenants_producer_id_is_refused_at_the_owner_after_forwarding(pa
     assert stored.status_code == 200, stored.text
     result = stored.json()["results"][0]
     assert result["offset"] >= 0 and not result.get("duplicate")
+
+
+PARTITIONS = 8
+
+
+def _values(url: str, topic: str, partition: int) -> list[bytes]:
+    with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
+        out: list[bytes] = []
+        while batch := consumer.poll(0.5):
+            out += [m.value or b"" for m in batch]
+        return out
+
+
+def test_a_fence_through_any_server_refuses_the_zombie_on_every_partition_also_after_a_restart(
+    pair: Cluster,
+) -> None:
+    """Issue 22, part 1 on a cluster: the claim is a ZooKeeper transaction, the fence is forwarded to each
+    partition's owner, and a partition that reloads asks ZooKeeper for the producer's newest epoch."""
+    s1, s2 = pair.servers["s1"], pair.servers["s2"]
+    topic = "fenced-cluster"
+    with Admin(s1.url) as admin:
+        admin.create_topic(topic, partitions=PARTITIONS)
+        old = admin.claim_producer("connect/cluster/0")
+    assert set(pair.routes(topic).values()) == {"s1", "s2"}, "the test needs partitions on both servers"
+
+    def zombie() -> Producer:
+        return Producer(s2.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch)
+
+    with zombie() as producer:
+        for partition in range(PARTITIONS):
+            producer.send(topic, f"before-{partition}".encode(), partition=partition).result(30)
+    with Admin(s2.url) as admin:
+        new = admin.claim_producer("connect/cluster/0")
+    assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 1)
+    with Admin(s1.url) as admin:
+        admin.fence_topic(topic, new)  # s1 forwards the fences of s2's partitions
+    with zombie() as producer:
+        for partition in range(PARTITIONS):
+            with pytest.raises(ProducerFencedError):
+                producer.send(topic, b"late", partition=partition).result(30)
+
+    s2.kill()  # its partitions load again, on s1 or on s2 after its restart: the fences are not in memory now
+    s2.start()
+    pair.wait_members({"s1", "s2"})
+    for partition in range(PARTITIONS):
+        with zombie() as producer, pytest.raises(ProducerFencedError):
+            producer.send(topic, b"after restart", partition=partition).result(60)
+    for partition in range(PARTITIONS):
+        assert _values(s1.url, topic, partition) == [f"before-{partition}".encode()]
+
+
+def test_concurrent_claims_of_one_name_through_two_servers_have_one_winner(pair: Cluster) -> None:
+    s1, s2 = pair.servers["s1"], pair.servers["s2"]
+    for round_ in range(5):
+        name = f"race/{round_}"
+        outcomes: list[str] = []
+
+        def claim(url: str, name: str = name, outcomes: list[str] = outcomes) -> None:
+            with Admin(url) as admin:
+                try:
+                    admin.claim_producer(name, lease_s=30)
+                    outcomes.append("won")
+                except ConflictError as exc:
+                    outcomes.append(exc.code)
+
+        threads = [threading.Thread(target=claim, args=(url,)) for url in (s1.url, s2.url)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes) == ["PRODUCER_BUSY", "won"], outcomes

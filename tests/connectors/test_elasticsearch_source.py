@@ -43,7 +43,8 @@ class Index:
 
 
 def source_config(name: str, search: SearchServer, **settings: Any) -> dict[str, Any]:
-    config = {"hosts": [search.url], "index": name, "timestamp_field": "ts", **settings}
+    # A killed runner's task holds its lease this long: the restarted runner waits it out.
+    config = {"hosts": [search.url], "index": name, "timestamp_field": "ts", "lease_s": 1.5, **settings}
     return one_connector(name, "elasticsearch-source", config)
 
 

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hdfs import InsecureClient
 
+from connectors.checkpoints import CheckpointStore
 from connectors.source import CONNECTOR_HEADER, SOURCE_HEADER
 from talos import Admin, Consumer, Message
 from talos.devservices import HdfsCluster, wait_until
@@ -35,7 +36,8 @@ def read_topic(url: str, topic: str) -> list[Message]:
 
 
 def source_config(name: str, hdfs: HdfsCluster, tasks: int = 2, **settings: Any) -> dict[str, Any]:
-    config = {"namenode": hdfs.webhdfs_url, "path": f"/in/{name}", **settings}
+    # A killed runner's tasks hold their leases this long: the restarted runner waits it out.
+    config = {"namenode": hdfs.webhdfs_url, "path": f"/in/{name}", "lease_s": 1.5, **settings}
     return one_connector(name, "hdfs-source", config, tasks=tasks)
 
 
@@ -99,6 +101,56 @@ def test_kill_9_at_random_points_writes_every_line_exactly_once(
     wait_until(lambda: topic_count(talos_url, name) >= len(files.lines), timeout=120, what="every line")
     assert runner.terminate() == 0
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
+
+
+def test_two_runners_of_one_source_one_works_the_other_takes_over_when_it_dies(
+    talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
+) -> None:
+    """Before named producers, two runners of one source config each wrote every line (issue 22, part 1)."""
+    Admin(talos_url).create_topic(name, partitions=2)
+    files = Files(InsecureClient(hdfs.webhdfs_url), f"/in/{name}")
+    for n in range(4):
+        files.write(f"app-{n}.jsonl", 3000, append=False)
+    config = source_config(name, hdfs, key_field="id", batch_size=200, poll_ms=50)
+    first = connect_runner(talos_url, config).start()
+    wait_until(lambda: topic_count(talos_url, name) > 0, timeout=60, what="the first runner to work")
+    second = connect_runner(talos_url, config).start()
+    wait_until(
+        lambda: {t["state"] for t in second.tasks()} == {"standby"}, timeout=30, what="the second runner to stand by"
+    )
+    assert {t["state"] for t in first.tasks()} <= {"running", "finished"}
+    files.write("app-0.jsonl", 500, append=True)  # more work while both run
+    first.kill()  # kill -9 mid-run: its leases lapse, then the second takes over
+    wait_until(lambda: {t["state"] for t in second.tasks()} == {"running"}, timeout=30, what="the takeover")
+    files.write("late.jsonl", 500, append=False)
+    wait_until(lambda: topic_count(talos_url, name) >= len(files.lines), timeout=120, what="every line")
+    assert second.terminate() == 0
+    check_exactly_once(read_topic(talos_url, name), files.lines, name)
+
+
+def test_a_smaller_tasks_retires_the_removed_tasks_checkpoints_and_loses_nothing(
+    talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
+) -> None:
+    Admin(talos_url).create_topic(name, partitions=2)
+    files = Files(InsecureClient(hdfs.webhdfs_url), f"/in/{name}")
+    for n in range(6):
+        files.write(f"app-{n}.jsonl", 200, append=False)
+    three = connect_runner(talos_url, source_config(name, hdfs, tasks=3, key_field="id", batch_size=50, poll_ms=50))
+    three.start()
+    wait_until(lambda: topic_count(talos_url, name) >= len(files.lines), timeout=60, what="every line")
+    assert three.terminate() == 0
+    checkpoints = CheckpointStore(talos_url)
+    assert sorted(checkpoints.load(name)) == ["0", "1", "2"]
+
+    for n in range(6):
+        files.write(f"app-{n}.jsonl", 20, append=True)  # read by the one task left, after the others' positions
+    one = connect_runner(talos_url, source_config(name, hdfs, tasks=1, key_field="id", batch_size=50, poll_ms=50))
+    one.start()
+    wait_until(lambda: sorted(checkpoints.load(name)) == ["0"], timeout=60, what="the removed tasks' retirement")
+    wait_until(lambda: topic_count(talos_url, name) >= len(files.lines), timeout=60, what="the appended lines")
+    assert one.terminate() == 0
+    check_exactly_once(read_topic(talos_url, name), files.lines, name)
+    assert len(checkpoints.load(name)["0"]["state"]["files"]) == 6  # it holds every file's position now
 
 
 def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(

@@ -1,0 +1,122 @@
+"""Named producers and fencing against a real ``talos standalone`` (issue 22, part 1's server side).
+
+A named producer is one id per (tenant, name); each claim bumps its epoch. A fence makes every partition of a
+topic refuse the older epochs, also partitions the new instance never writes to, and also after the server
+restarts (a load forgets fences, so the partition asks the allocator the first time it sees the producer).
+Before this work a zombie could keep writing to any partition the new instance had not written to yet.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from talos import (
+    Admin,
+    ConflictError,
+    Consumer,
+    InvalidRequestError,
+    NotFoundError,
+    Producer,
+    ProducerFencedError,
+    ProducerIdentity,
+)
+from tests.e2e.conftest import StandaloneServer
+
+
+def _read_values(url: str, topic: str, partition: int) -> list[bytes]:
+    with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
+        values: list[bytes] = []
+        while batch := consumer.poll(0.5):
+            values += [m.value or b"" for m in batch]
+        return values
+
+
+def test_a_named_producer_keeps_its_id_and_each_claim_bumps_the_epoch(server: StandaloneServer) -> None:
+    with Admin(server.url) as admin:
+        first = admin.claim_producer("bumps")
+        second = admin.claim_producer("bumps")
+        other = admin.claim_producer("another")
+    assert second.producer_id == first.producer_id
+    assert second.producer_epoch == first.producer_epoch + 1
+    assert other.producer_id != first.producer_id
+
+
+def test_a_fence_refuses_the_old_epoch_on_partitions_the_new_instance_never_wrote(server: StandaloneServer) -> None:
+    topic = "fenced-zombie"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=3)
+        old = admin.claim_producer("zombie-task")
+        with Producer(server.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch) as zombie:
+            zombie.send(topic, b"before", partition=2).result(10)
+            new = admin.claim_producer("zombie-task")
+            admin.fence_topic(topic, new)
+            # The new instance writes only to partition 0; partition 2 still refuses the zombie.
+            with Producer(server.url, producer_id=new.producer_id, producer_epoch=new.producer_epoch) as fresh:
+                fresh.send(topic, b"new", partition=0).result(10)
+            with pytest.raises(ProducerFencedError):
+                zombie.send(topic, b"late", partition=2).result(10)
+            # Once fenced, the zombie never takes a new epoch of its own (which would fence the new one).
+            with pytest.raises(ProducerFencedError):
+                zombie.send(topic, b"later", partition=1).result(10)
+    assert _read_values(server.url, topic, 2) == [b"before"]
+    assert _read_values(server.url, topic, 1) == []
+    assert _read_values(server.url, topic, 0) == [b"new"]
+
+
+def test_a_fence_survives_a_restart_of_the_server(server: StandaloneServer) -> None:
+    topic = "fence-restart"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=1)
+        old = admin.claim_producer("restart-task")
+        with Producer(server.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch) as zombie:
+            zombie.send(topic, b"before", partition=0).result(10)
+        admin.fence_topic(topic, admin.claim_producer("restart-task"))
+    server.stop()
+    server.start()
+    zombie = Producer(server.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch)
+    with zombie, pytest.raises(ProducerFencedError):
+        zombie.send(topic, b"after restart", partition=0).result(10)
+    assert _read_values(server.url, topic, 0) == [b"before"]
+
+
+def test_a_lease_makes_a_second_claim_wait_until_released(server: StandaloneServer) -> None:
+    with Admin(server.url) as admin:
+        holder = admin.claim_producer("leased", lease_s=30)
+        with pytest.raises(ConflictError) as busy:
+            admin.claim_producer("leased", lease_s=30)
+        assert busy.value.code == "PRODUCER_BUSY"
+        assert busy.value.retriable
+        assert busy.value.retry_after is not None and 0 < busy.value.retry_after <= 30
+        assert admin.renew_producer("leased", holder, lease_s=30) == holder
+        admin.renew_producer("leased", holder, lease_s=0)  # released: the next claim succeeds at once
+        taken = admin.claim_producer("leased", lease_s=30)
+        assert taken.producer_epoch == holder.producer_epoch + 1
+        with pytest.raises(ProducerFencedError):
+            admin.renew_producer("leased", holder, lease_s=30)
+
+
+def test_a_fenced_tasks_checkpoint_is_refused(server: StandaloneServer) -> None:
+    with Admin(server.url) as admin:
+        old = admin.claim_producer("connect/fenced-ckpt/0")
+        admin.save_connector_offsets("fenced-ckpt", "0", {"pos": 1}, producer=old)
+        new = admin.claim_producer("connect/fenced-ckpt/0")
+        admin.fence_connector("fenced-ckpt", new)
+        with pytest.raises(ProducerFencedError):
+            admin.save_connector_offsets("fenced-ckpt", "0", {"pos": 99}, producer=old)
+        admin.save_connector_offsets("fenced-ckpt", "0", {"pos": 2}, producer=new)
+        assert admin.connector_offsets("fenced-ckpt")["0"] == {"pos": 2}
+
+
+def test_fence_requests_are_validated(server: StandaloneServer) -> None:
+    with Admin(server.url) as admin:
+        admin.create_topic("fence-bad", partitions=1)
+        with pytest.raises(InvalidRequestError) as bad:
+            admin.fence_topic("fence-bad", ProducerIdentity(-1, 0))
+        assert bad.value.status == 400
+        with pytest.raises(NotFoundError):
+            admin.fence_topic("no-such-topic", ProducerIdentity(1, 0))
+    for body in ({"name": "x", "producer_id": 5}, {"lease_ms": 5}, {"name": ""}, {"name": "x", "lease_ms": -1}):
+        answer = httpx.post(f"{server.url}/v1/producers", json=body, timeout=10)
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.json()["error"]["code"] == "INVALID_REQUEST"

@@ -5,6 +5,12 @@ Records are buffered until ``batch_size`` of them or ``flush_ms`` after the firs
 record again after a crash overwrites the same document. Documents the server answers with 429 or 5xx
 (and whole requests it refuses so, or cannot be reached for) are sent again with backoff; a document it
 refuses for good fails the task (``on_error: fail``) or is counted and skipped (``on_error: skip``).
+
+Of the sink tasks' three steps (``connectors.sink``), *stage* is the indexing itself: documents cannot be
+hidden until their offsets are committed, and need not be, since writing one again changes nothing. So
+*publish* has nothing left to do, and a refused commit (a task paused past its session, fenced by the
+coordinator) leaves documents that the partition's next holder indexes again under the same ids: nothing
+is lost, and nothing is there twice.
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ class ElasticsearchSinkWriter:
                 self.client.close()
                 raise
 
-    def open(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    def open(self, tps: list[TopicPartition], committed: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         return {}  # the committed offsets are right: a replay rewrites the same documents
 
     def add(self, message: Message) -> bool:
@@ -80,7 +86,7 @@ class ElasticsearchSinkWriter:
     def pending(self) -> list[TopicPartition]:
         return list(dict.fromkeys((m.topic, m.partition) for m in self._buffer))
 
-    def flush(self, tps: list[TopicPartition], holds: Callable[[TopicPartition], bool]) -> dict[TopicPartition, int]:
+    def stage(self, tps: list[TopicPartition], holds: Callable[[TopicPartition], bool]) -> dict[TopicPartition, int]:
         held = {tp for tp in tps if holds(tp)}  # the others stay buffered until renewed, lost or revoked
         messages = [m for m in self._buffer if (m.topic, m.partition) in held]
         self._buffer = [m for m in self._buffer if (m.topic, m.partition) not in held]
@@ -104,6 +110,12 @@ class ElasticsearchSinkWriter:
         for message in messages:
             written[(message.topic, message.partition)] = message.offset + 1
         return written
+
+    def publish(self, tps: list[TopicPartition]) -> None:
+        pass  # indexed when staged
+
+    def abandon(self, tps: list[TopicPartition]) -> None:
+        pass  # indexed when staged, under ids the next holder's replay overwrites
 
     def _action(self, m: Message) -> _Action | None:
         """The bulk lines of one record (None: it cannot be indexed and ``on_error`` is ``skip``)."""

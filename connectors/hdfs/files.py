@@ -2,8 +2,9 @@
 
 A file holds a contiguous offset range of one partition, and its name says which:
 ``<topic>+<partition>+<first offset>+<last offset>.<jsonl|parquet>`` (offsets zero-padded to 20 digits, so
-names sort by offset). A restarted task resumes after the highest last offset it finds, whatever the
-committed offset says, so a file renamed into place just before a crash is never written again.
+names sort by offset). Before it is renamed into place it is staged as ``<that name>.<token>-<size>.tmp``:
+the token is unique to the writer, so two writers staging the same range never touch each other's file,
+and the size tells a complete staged file from one whose writer stopped (or is paused) in the middle.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 from connectors.records import message_json
 from talos import Message
 
-__all__ = ["FileRange", "encode", "file_name", "parse_file_name", "resume_offset"]
+__all__ = ["FileRange", "encode", "file_name", "parse_file_name", "parse_temp_name", "resume_offset", "temp_name"]
 
 _NAME = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d{20})\+(?P<end>\d{20})\.(?P<ext>jsonl|parquet)$")
 
@@ -33,6 +34,22 @@ def parse_file_name(name: str) -> FileRange | None:
     if match is None:
         return None
     return match["topic"], int(match["partition"]), int(match["start"]), int(match["end"])
+
+
+def temp_name(final: str, token: str, size: int) -> str:
+    """The staged name of the file ``final`` (a name from :func:`file_name`) of ``size`` bytes."""
+    return f"{final}.{token}-{size}.tmp"
+
+
+def parse_temp_name(name: str) -> tuple[str, FileRange, int] | None:
+    """The final name a staged file is for, its range and its size when complete (None: not a staged file's
+    name)."""
+    final, dot, rest = name.removesuffix(".tmp").rpartition(".")
+    token, dash, size = rest.rpartition("-")
+    if not name.endswith(".tmp") or not dot or not token or not dash or not size.isdigit():
+        return None
+    parsed = parse_file_name(final)
+    return None if parsed is None else (final, parsed, int(size))
 
 
 def resume_offset(names: Iterable[str], topic: str, partition: int) -> int | None:

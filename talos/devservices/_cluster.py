@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from talos.devservices._hdfs import HdfsCluster
-from talos.devservices._process import ManagedProcess, ServiceError, free_port_range, wait_http_ready, wait_until
+from talos.devservices._process import (
+    ManagedProcess,
+    ServiceError,
+    free_port_range,
+    in_netns,
+    wait_http_ready,
+    wait_until,
+)
 from talos.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
@@ -58,12 +65,25 @@ def _get_json(url: str, timeout: float = 2.0, token: str = "") -> dict[str, obje
 
 
 class ClusterServer:
-    """One ``talos server``: ``start`` returns once ``/readyz`` answers (registered in ZooKeeper)."""
+    """One ``talos server``: ``start`` returns once ``/readyz`` answers (registered in ZooKeeper).
+
+    ``host``: the address it listens on and advertises; ``netns``: a network namespace to run it in."""
 
     def __init__(
-        self, server_id: str, port: int, *, zk: str, storage: str, log_dir: Path, settings: ClusterSettings
+        self,
+        server_id: str,
+        port: int,
+        *,
+        zk: str,
+        storage: str,
+        log_dir: Path,
+        settings: ClusterSettings,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.server_id = server_id
+        self.host = host
+        self.netns = netns
         self.port = port
         self.zk = zk
         self.storage = storage
@@ -73,7 +93,7 @@ class ClusterServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -83,31 +103,36 @@ class ClusterServer:
 
     def argv(self) -> list[str]:
         s = self.settings
-        return [
-            sys.executable,
-            "-m",
-            "server",
-            "server",
-            "--server-id",
-            self.server_id,
-            "--port",
-            str(self.port),
-            "--zk",
-            self.zk,
-            "--storage",
-            self.storage,
-            "--advertised-url",
-            self.url,
-            "--zk-session-timeout",
-            str(s.zk_session_timeout_s),
-            "--join-delay",
-            str(s.join_delay_s),
-            "--reassign-delay",
-            str(s.reassign_delay_s),
-            "--log-format",
-            "text",
-            *s.extra_args,
-        ]
+        listen = ["--host", self.host] if self.host != "127.0.0.1" else []
+        return in_netns(
+            self.netns,
+            [
+                sys.executable,
+                "-m",
+                "server",
+                "server",
+                "--server-id",
+                self.server_id,
+                "--port",
+                str(self.port),
+                "--zk",
+                self.zk,
+                "--storage",
+                self.storage,
+                "--advertised-url",
+                self.url,
+                "--zk-session-timeout",
+                str(s.zk_session_timeout_s),
+                "--join-delay",
+                str(s.join_delay_s),
+                "--reassign-delay",
+                str(s.reassign_delay_s),
+                "--log-format",
+                "text",
+                *listen,
+                *s.extra_args,
+            ],
+        )
 
     def start(self, timeout: float = 60.0, *, wait: bool = True) -> ClusterServer:
         self.process = ManagedProcess(

@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from talos.devservices._hadoop import ensure_hadoop
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._process import ManagedProcess, ServiceError, free_port, in_netns, wait_until
 
 __all__ = ["HdfsCluster"]
 
@@ -28,10 +28,23 @@ def _site(properties: dict[str, str]) -> str:
 
 
 class HdfsCluster:
-    """NameNode + one DataNode with their state under ``base_dir``."""
+    """NameNode + one DataNode with their state under ``base_dir``.
 
-    def __init__(self, base_dir: Path, *, rpc_port: int | None = None, http_port: int | None = None) -> None:
+    ``host``: the address both listen on, and the one the NameNode tells clients to reach the DataNode at;
+    ``netns``: a network namespace to run them in (``ip netns``)."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        rpc_port: int | None = None,
+        http_port: int | None = None,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
+    ) -> None:
         self.base_dir = base_dir
+        self.host = host
+        self.netns = netns
         self.rpc_port = rpc_port or free_port()
         self.http_port = http_port or free_port()
         self.datanode_port = free_port()
@@ -42,11 +55,11 @@ class HdfsCluster:
     @property
     def url(self) -> str:
         """``hdfs://`` URL of the NameNode (native RPC)."""
-        return f"hdfs://127.0.0.1:{self.rpc_port}"
+        return f"hdfs://{self.host}:{self.rpc_port}"
 
     @property
     def webhdfs_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     def _write_config(self) -> Path:
         conf = self.base_dir / "conf"
@@ -60,13 +73,15 @@ class HdfsCluster:
                     "dfs.replication": "1",
                     "dfs.permissions.enabled": "false",
                     "dfs.webhdfs.enabled": "true",
-                    "dfs.namenode.rpc-address": f"127.0.0.1:{self.rpc_port}",
-                    "dfs.namenode.http-address": f"127.0.0.1:{self.http_port}",
-                    "dfs.datanode.http.address": f"127.0.0.1:{self.datanode_http_port}",
-                    "dfs.datanode.address": f"127.0.0.1:{self.datanode_port}",
-                    "dfs.datanode.ipc.address": "127.0.0.1:0",
-                    "dfs.datanode.hostname": "127.0.0.1",
-                    "dfs.namenode.secondary.http-address": "127.0.0.1:0",
+                    "dfs.namenode.rpc-address": f"{self.host}:{self.rpc_port}",
+                    "dfs.namenode.http-address": f"{self.host}:{self.http_port}",
+                    "dfs.datanode.http.address": f"{self.host}:{self.datanode_http_port}",
+                    "dfs.datanode.address": f"{self.host}:{self.datanode_port}",
+                    "dfs.datanode.ipc.address": f"{self.host}:0",
+                    "dfs.datanode.hostname": self.host,
+                    "dfs.namenode.secondary.http-address": f"{self.host}:0",
+                    # An address no resolver knows (a private one in a namespace) is a valid DataNode.
+                    "dfs.namenode.datanode.registration.ip-hostname-check": "false",
                     "dfs.namenode.safemode.extension": "0",
                     "dfs.heartbeat.interval": "1",
                     "dfs.namenode.heartbeat.recheck-interval": "5000",
@@ -83,7 +98,8 @@ class HdfsCluster:
         if java is None:
             raise ServiceError("java not found: apt-get install default-jre-headless")
         classpath = f"{conf}:{home / 'web'}:{home / 'jars'}/*"
-        return ManagedProcess(name, [java, "-Xmx256m", "-cp", classpath, main], log_path=self.base_dir / f"{name}.log")
+        argv = in_netns(self.netns, [java, "-Xmx256m", "-cp", classpath, main])
+        return ManagedProcess(name, argv, log_path=self.base_dir / f"{name}.log")
 
     def live_datanodes(self) -> int:
         query = f"{self.webhdfs_url}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState"
@@ -126,7 +142,7 @@ class HdfsCluster:
                 process.check_alive()
             # After a DataNode restart the NameNode still counts the old registration as live for a
             # while: the new DataNode must also be accepting block transfers.
-            with socket.create_connection(("127.0.0.1", self.datanode_port), timeout=1):
+            with socket.create_connection((self.host, self.datanode_port), timeout=1):
                 pass
             return self.live_datanodes() >= 1
 

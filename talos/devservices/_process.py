@@ -12,11 +12,24 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["ManagedProcess", "ServiceError", "free_port", "free_port_range", "wait_http_ready", "wait_until"]
+__all__ = [
+    "ManagedProcess",
+    "ServiceError",
+    "free_port",
+    "free_port_range",
+    "in_netns",
+    "wait_http_ready",
+    "wait_until",
+]
 
 
 class ServiceError(RuntimeError):
     """A development service could not be prepared, started or reached."""
+
+
+def in_netns(netns: str | None, argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside the Linux network namespace ``netns`` (``ip netns exec`` keeps the PID), or as is."""
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
 
 
 def free_port() -> int:

@@ -6,7 +6,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_until
+from talos.devservices._process import ManagedProcess, ServiceError, free_port, in_netns, wait_until
 
 __all__ = ["ZooKeeperServer"]
 
@@ -24,12 +24,23 @@ def four_letter(host: str, port: int, command: str, timeout: float = 2.0) -> str
 
 
 class ZooKeeperServer:
-    """Standalone ZooKeeper with its data under ``base_dir``. Ready when ``srvr`` answers."""
+    """Standalone ZooKeeper with its data under ``base_dir``. Ready when ``srvr`` answers.
+
+    ``host``: the address it listens on; ``netns``: a network namespace to run it in (``ip netns``)."""
 
     def __init__(
-        self, base_dir: Path, *, port: int | None = None, tick_ms: int = 500, max_session_ms: int = 60_000
+        self,
+        base_dir: Path,
+        *,
+        port: int | None = None,
+        tick_ms: int = 500,
+        max_session_ms: int = 60_000,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.base_dir = base_dir
+        self.host = host
+        self.netns = netns
         self.port = port or free_port()
         self.tick_ms = tick_ms
         self.max_session_ms = max_session_ms
@@ -37,7 +48,7 @@ class ZooKeeperServer:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> None:
         if not _ZK_JAR.exists():
@@ -50,20 +61,23 @@ class ZooKeeperServer:
         config = self.base_dir / "zoo.cfg"
         config.write_text(
             f"tickTime={self.tick_ms}\ndataDir={data}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            f"clientPortAddress={self.host}\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=srvr,ruok,mntr,stat\n"
             f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout={self.max_session_ms}\n"
         )
         self.process = ManagedProcess(
             "zookeeper",
-            [
-                java,
-                "-Xmx256m",
-                "-cp",
-                f"{_ZK_JAR}:{_SLF4J_JAR}",
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-                str(config),
-            ],
+            in_netns(
+                self.netns,
+                [
+                    java,
+                    "-Xmx256m",
+                    "-cp",
+                    f"{_ZK_JAR}:{_SLF4J_JAR}",
+                    "org.apache.zookeeper.server.ZooKeeperServerMain",
+                    str(config),
+                ],
+            ),
             log_path=self.base_dir / "zookeeper.log",
         )
         self.process.start()
@@ -71,7 +85,7 @@ class ZooKeeperServer:
         def ready() -> bool:
             assert self.process is not None
             self.process.check_alive()
-            return "Zookeeper version" in four_letter("127.0.0.1", self.port, "srvr")
+            return "Zookeeper version" in four_letter(self.host, self.port, "srvr")
 
         try:
             wait_until(ready, timeout=timeout, what=f"ZooKeeper on {self.address}")

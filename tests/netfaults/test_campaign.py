@@ -1,0 +1,205 @@
+"""The network-fault campaign: ``talos verify`` for 60 s under each fault, on one 3-server cluster whose
+servers, ZooKeeper and HDFS each live in their own network namespace (the clients in the root one).
+
+Each run: idempotent producers write to a fresh topic while a consumer group reads it; about two seconds
+in, the fault starts against the owner of one of the topic's partitions, and it ends 50 s later (the last
+seconds are for recovery). Then nothing acknowledged may be lost or duplicated, each writer's order per
+partition must hold, no offset may have had two values, and the group must have seen every acknowledged
+message. How long each partition went without an acknowledgement is printed, and, with
+``TALOS_CAMPAIGN_REPORT=path``, written there (JSON, and a Markdown table next to it) for the docs' table.
+
+    .venv/bin/pytest tests/netfaults -m slow -s
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from talos.devservices import wait_until
+from tests.netfaults.cluster import GROUPS, SERVERS, TOKEN, NetCluster
+from tests.netfaults.network import CLIENTS, REPO, Network, leftovers
+
+pytestmark = [pytest.mark.slow, pytest.mark.hdfs, pytest.mark.zookeeper]
+
+SECONDS = 60  # of writing, per fault
+FAULT_S = 50  # the fault's share of them; the rest is for recovery before the writers stop
+FLAP_S = 3.0
+
+Fault = Callable[[Network, str], AbstractContextManager[Any]]
+
+
+@contextlib.contextmanager
+def delay_and_loss(net: Network, _owner: str) -> Iterator[None]:
+    with net.delay(200, 100), net.lossy(5):
+        yield
+
+
+def flapping(net: Network, owner: str) -> AbstractContextManager[Any]:
+    others = [node for node in net.nodes if node != owner]
+    return net.flap(owner, others, FLAP_S)
+
+
+FAULTS: dict[str, Fault] = {
+    "owner cut from ZooKeeper (split brain)": lambda net, owner: net.cut(owner, "zookeeper"),
+    "owner cut from HDFS": lambda net, owner: net.cut(owner, "hdfs"),
+    "owner cut from its clients": lambda net, owner: net.cut(owner, CLIENTS),
+    "owner to ZooKeeper dropped, ZooKeeper to owner passes": lambda net, owner: net.cut_one_way(owner, "zookeeper"),
+    "200 ms ± 100 ms delay and 5 % loss on every link": delay_and_loss,
+    f"owner's links flapping (cut {FLAP_S:.0f} s, healed {FLAP_S:.0f} s)": flapping,
+}
+
+RESULTS: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
+    net = Network(GROUPS)
+    try:
+        net.create()
+        started = NetCluster(tmp_path_factory.mktemp("netfaults"), net)
+        try:
+            yield started.start()
+        finally:
+            started.stop()
+    finally:
+        net.close()
+    assert leftovers(net.prefix) == [], "the campaign left namespaces, links or tables behind"
+
+
+def reachable(net: Network, source: str, target: str, port: int) -> bool:
+    """Can ``source`` open a TCP connection to ``target``:``port`` now (within 2 s)?"""
+    code = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)"
+    argv = net.exec_argv(source, [sys.executable, "-c", code, net.address(target), str(port)])
+    return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0
+
+
+def took_effect(cluster: NetCluster, fault: str, owner: str) -> bool:
+    """Evidence, from outside, that the fault is on (checked a few seconds into it)."""
+    net = cluster.net
+    others = [s for s in SERVERS if s != owner]
+    if "ZooKeeper" in fault:  # its session ends: the others drop it from their ring
+        with contextlib.suppress(Exception):
+            wait_until(lambda: owner not in cluster.ring(others[0]), timeout=20, what=f"{owner} out of the ring")
+            return True
+        return False
+    if "HDFS" in fault:
+        return not reachable(net, owner, "hdfs", cluster.hdfs.rpc_port)
+    if "clients" in fault:
+        return not reachable(net, CLIENTS, owner, cluster.servers[owner].port)
+    if "delay" in fault:  # a request and its answer each wait 100 to 300 ms (a lost segment: longer)
+        before = time.monotonic()
+        with contextlib.suppress(OSError):
+            cluster.get(owner, "/healthz", timeout=20)
+            return time.monotonic() - before > 0.2
+        return False
+    return True  # flapping: counted by its cuts
+
+
+def verify(cluster: NetCluster, fault: str) -> dict[str, Any]:
+    topic = f"netfaults-{int(time.time() * 1000)}"
+    argv = [sys.executable, "-m", "talos.cli", "verify", "--url", cluster.servers["s1"].url, "--topic", topic]
+    argv += ["--seconds", str(SECONDS), "--json"]
+    log = cluster.base_dir / f"verify-{topic}.log"
+    with open(log, "w") as errors:
+        process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env={**os.environ, "TALOS_TOKEN": TOKEN},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+    try:
+        began = time.monotonic()
+        owners: dict[int, str] = {}
+
+        def routed() -> bool:
+            owners.update(cluster.owners(topic))
+            return bool(owners)
+
+        wait_until(routed, timeout=30, what=f"routes of {topic}", interval=0.2)
+        # The owner of a partition that the clients' entry point (s1) does not own, if there is one.
+        owner = next((o for o in owners.values() if o != "s1"), "s1")
+        time.sleep(max(0.0, began + 2 - time.monotonic()))
+        fault_began = time.monotonic()
+        with FAULTS[fault](cluster.net, owner) as state:
+            time.sleep(5)
+            effect = took_effect(cluster, fault, owner)
+            time.sleep(max(0.0, fault_began + FAULT_S - time.monotonic()))
+        fault_s = time.monotonic() - fault_began
+        flaps = len(state) if isinstance(state, list) else None
+        out, _ = process.communicate(timeout=480)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    print(log.read_text()[-3000:])
+    report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    owned = sorted(p for p, o in owners.items() if o == owner)
+    report.update(
+        fault=fault, owner=owner, owner_partitions=owned, fault_s=round(fault_s, 1), took_effect=effect, flaps=flaps
+    )
+    report["max_unwritable_s"] = max((u["longest_s"] for u in report["unwritable"].values()), default=0.0)
+    report["exit_code"] = process.returncode
+    return report
+
+
+def write_report(results: dict[str, dict[str, Any]]) -> None:
+    target = os.environ.get("TALOS_CAMPAIGN_REPORT")
+    if not target:
+        return
+    path = Path(target)
+    path.write_text(json.dumps(results, indent=2))
+    rows = [
+        "| fault | producer: acknowledged lost | producer: duplicates | offsets with two values "
+        "| max unwritable s (partition) | group consumer: missed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        worst = max(r["unwritable"].items(), key=lambda item: item[1]["longest_s"], default=("-", {"longest_s": 0}))
+        rows.append(
+            f"| {name} | {r['lost']} of {r['acknowledged']} | {r['duplicated']} | {r['offset_conflicts']} "
+            f"| {worst[1]['longest_s']:.1f} (p{worst[0]}; owner {r['owner']} held {r['owner_partitions']}) "
+            f"| {r['consumer_missed']} |"
+        )
+    path.with_suffix(".md").write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_nothing_acknowledged_is_lost_or_duplicated_under(cluster: NetCluster, fault: str) -> None:
+    cluster.wait_healthy(timeout=90)  # the previous fault healed: all three servers ready and in the ring
+    report = verify(cluster, fault)
+    RESULTS[fault] = report
+    write_report(RESULTS)
+    print(f"\n== {fault}: owner {report['owner']} (partitions {report['owner_partitions']})")
+    print(
+        f"acknowledged {report['acknowledged']}  lost {report['lost']}  duplicated {report['duplicated']}  "
+        f"out of order {report['out_of_order']}  offset conflicts {report['offset_conflicts']}  "
+        f"consumer missed {report['consumer_missed']}  failed sends {report['failed']}"
+    )
+    for partition, outage in report["unwritable"].items():
+        print(f"partition {partition} unwritable: longest {outage['longest_s']:.1f}s, total {outage['total_s']:.1f}s")
+    for problem in report["problems"][:20]:
+        print(f"problem: {problem}")
+    assert report["took_effect"], "the fault could not be seen from outside: it was not injected"
+    if report["flaps"] is not None:
+        assert report["flaps"] >= FAULT_S // (2 * FLAP_S) - 1
+    assert report["acknowledged"] > 1000
+    assert report["lost"] == 0
+    assert report["duplicated"] == 0
+    assert report["out_of_order"] == 0
+    assert report["offset_conflicts"] == 0
+    assert report["consumer_missed"] == 0
+    assert report["ok"] and report["exit_code"] == 0

@@ -7,6 +7,11 @@ up again (at most once per ``refresh_interval_s``). When the owner is unknown th
 entry point, which forwards it: the bootstrap URL, or after it failed a lookup, another server the
 routes named. A standalone server owns everything: the table is not used at all.
 
+An owner this client could not reach (a connection failure, not an error answer) is avoided for
+``avoid_s`` even when the next lookup names it again: the servers still see it (a network cut between
+this client and that server only), so the entry point forwards to it meanwhile, instead of every
+request waiting out a timeout on the direct path.
+
 The table is pure state; :func:`refresh_steps` is the lookup as steps (``talos._steps``), which the producer
 and consumer run with their own transports.
 """
@@ -27,7 +32,9 @@ DIRECT = {"x-talos-route": "direct"}
 
 
 class RouteTable:
-    def __init__(self, bootstrap: str, *, direct: bool = True, refresh_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, bootstrap: str, *, direct: bool = True, refresh_interval_s: float = 1.0, avoid_s: float = 10.0
+    ) -> None:
         # Where lookups (and requests without a known owner) go: the bootstrap URL first, then every server
         # the routes named, so the client outlives the death of the server it was given.
         self._entry_points = [bootstrap]
@@ -40,6 +47,8 @@ class RouteTable:
         self.partitions: dict[str, int] = {}  # topic → partition count, as the last lookup said
         self._lock = threading.Lock()
         self.clustered: bool | None = None  # unknown until the first answer
+        self._avoid_s = avoid_s
+        self._unreachable: dict[str, float] = {}  # owner URL → until when requests go through the entry point
 
     def needs_refresh(self, topic: str) -> bool:
         if self.clustered is False and topic in self.partitions:
@@ -94,9 +103,19 @@ class RouteTable:
         """Base URL and extra headers for a request to the partition."""
         if self.clustered and self.direct:
             owner = self._owners.get((topic, partition))
-            if owner is not None:
+            if owner is not None and not self._avoided(owner):
                 return owner, DIRECT
         return self.entry_point, {}
+
+    def _avoided(self, owner: str) -> bool:
+        until = self._unreachable.get(owner)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        with self._lock:
+            self._unreachable.pop(owner, None)
+        return False
 
     def learn(self, topic: str, partition: int, error: BaseException) -> bool:
         """Adjust to a failed request; True if it should be retried at once (a 421 named the owner)."""
@@ -108,7 +127,9 @@ class RouteTable:
             with self._lock:
                 self._stale.add(topic)
                 if isinstance(error, TransportError):
-                    self._owners.pop((topic, partition), None)  # the bootstrap forwards meanwhile
+                    owner = self._owners.pop((topic, partition), None)  # the entry point forwards meanwhile
+                    if owner is not None and self.direct:
+                        self._unreachable[owner] = time.monotonic() + self._avoid_s
         return False
 
 

@@ -30,6 +30,10 @@ __all__ = [
     "check",
 ]
 
+# A connection is set up within this or never: a server cut off by the network drops the handshake, and the
+# request's whole timeout (30 s by default) would be lost before the caller tries another way.
+CONNECT_TIMEOUT_S = 5.0  # room for two SYN retransmissions (at 1 s and 3 s)
+
 
 @dataclass(frozen=True, slots=True)
 class Response:
@@ -147,13 +151,14 @@ class Urllib3Transport:
             from urllib.parse import urlencode
 
             url = f"{url}?{urlencode(params)}"
+        timeout = options.get("timeout") or self._timeout
         try:
             answer = self._pool.request(
                 method,
                 url,
                 body=options.get("body"),
                 headers=dict(options.get("headers") or {}),
-                timeout=options.get("timeout") or self._timeout,
+                timeout=self._urllib3.Timeout(connect=min(timeout, CONNECT_TIMEOUT_S), read=timeout),
                 preload_content=True,
                 redirect=False,
             )
@@ -191,7 +196,10 @@ class AiohttpTransport:
                 params={k: str(v) for k, v in (options.get("params") or {}).items()},
                 data=options.get("body"),
                 headers=dict(options.get("headers") or {}),
-                timeout=aiohttp.ClientTimeout(total=options.get("timeout") or self._timeout),
+                timeout=aiohttp.ClientTimeout(
+                    total=options.get("timeout") or self._timeout,
+                    sock_connect=min(options.get("timeout") or self._timeout, CONNECT_TIMEOUT_S),
+                ),
             ) as answer:
                 data = await answer.read()
                 return Response(answer.status, {k.lower(): v for k, v in answer.headers.items()}, data)

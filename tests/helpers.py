@@ -17,13 +17,22 @@ import pytest
 import yaml
 
 from fencing import PartitionLog
-from talos import Admin, decode_records, iter_batches
+from talos import Admin, Consumer, decode_records, iter_batches
 from talos.devservices import StandaloneServer
 
 
 def decoded(data: bytes) -> list[tuple[int, bytes | None]]:
     """``(offset, value)`` of every record in a buffer of batches."""
     return [(r.offset, r.value) for pos, _ in iter_batches(data) for r in decode_records(data, pos)]
+
+
+def partition_values(url: str, topic: str, partition: int) -> list[bytes]:
+    """The values of every message in one partition, read through the SDK from its start."""
+    with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
+        values: list[bytes] = []
+        while batch := consumer.poll(0.5):
+            values += [m.value or b"" for m in batch]
+        return values
 
 
 def read_all(plog: PartitionLog) -> list[tuple[int, bytes | None]]:

@@ -45,6 +45,9 @@ FAST = ClusterSettings(
     env={"TALOS_RING_CHECK_S": "0.25", "TALOS_LOG_LEVEL": "info"},
     admin_token=CLUSTER_TOKEN,
 )
+# For tests that wait for a dead server's partitions to move (``@pytest.mark.quick_reassign``): the move comes
+# 2 s after the session ends. FAST keeps 4 s, which a restarted server must beat even on a loaded machine.
+QUICK_REASSIGN = dataclasses.replace(FAST, reassign_delay_s=2.0)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -133,6 +136,8 @@ class Cluster:
                 producer.send(topic, f"{prefix}:{i}".encode(), partition=i % partitions)
 
     def stop(self) -> None:
+        for server in self.servers.values():  # their graceful shutdowns run at once, then each is waited for
+            server.terminate()
         for server in self.servers.values():
             server.stop()
 
@@ -163,9 +168,12 @@ def start_cluster(
 
 
 @pytest.fixture
-def cluster(zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path) -> Iterator[Cluster]:
+def cluster(
+    zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     started = time.monotonic()
-    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", FAST)
+    settings = QUICK_REASSIGN if request.node.get_closest_marker("quick_reassign") else FAST
+    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", settings)
     print(f"cluster of 3 up in {time.monotonic() - started:.1f}s")
     try:
         yield running

@@ -87,6 +87,10 @@ class Load:
             thread.start()
             self.threads.append(thread)
 
+    def wait_flowing(self, count: int = 200) -> None:
+        """Until the writers have ``count`` acknowledgements: the load runs (a fixed sleep may not, under CI load)."""
+        wait_until(lambda: len(self.acked) >= count, timeout=60, what=f"{count} acknowledged writes")
+
     def finish(self) -> None:
         self.stop.set()
         for thread in self.threads:
@@ -179,6 +183,7 @@ def test_direct_requests_get_421_and_forwarding_is_bounded(cluster: Cluster) -> 
     assert get_json(f"{s1.url}/v1/topics/t/partitions/{partition}/offsets")["latest"] == 0  # nothing stored
 
 
+@pytest.mark.quick_reassign
 @pytest.mark.parametrize("which", ["an owner", "the producers' bootstrap server"])
 def test_kill_9_moves_partitions_after_the_delay_and_loses_nothing(cluster: Cluster, which: str) -> None:
     s1 = cluster.servers["s1"]
@@ -192,7 +197,7 @@ def test_kill_9_moves_partitions_after_the_delay_and_loses_nothing(cluster: Clus
     victim_partitions = {p for p, o in routes.items() if o == victim}
     load = Load(s1.url, "load")
     load.start(("a", 6), ("b", 6))
-    time.sleep(2)
+    load.wait_flowing()
     acked_before = len(load.acked)
     killed_at = time.monotonic()
     cluster.servers[victim].kill()
@@ -232,7 +237,10 @@ def test_restart_within_reassign_delay_moves_nothing(cluster: Cluster, how: str)
     restarted_at = time.monotonic()
     s2.start()
     assert time.monotonic() - restarted_at < cluster.settings.zk_session_timeout_s + cluster.settings.reassign_delay_s
-    time.sleep(cluster.settings.reassign_delay_s + 1)  # past the delay: a removal would have happened by now
+    # Past the delay, counted from when the ring lost s2's registration: a removal would have happened by now.
+    # Graceful: it deregistered before ``restarted_at``. Killed: its session ended by the time start returned.
+    lost_by = restarted_at if how == "graceful" else time.monotonic()
+    time.sleep(max(0.0, lost_by + cluster.settings.reassign_delay_s + 1 - time.monotonic()))
     assert cluster.ring() == (version, members), "a restart inside the delay must not change the ring"
     assert cluster.routes("steady") == routes
 
@@ -241,6 +249,7 @@ def test_restart_within_reassign_delay_moves_nothing(cluster: Cluster, how: str)
 
 
 @pytest.mark.slow
+@pytest.mark.quick_reassign
 def test_sigstop_past_the_session_is_fenced_and_rejoins(cluster: Cluster) -> None:
     """Split brain: the paused owner must not acknowledge a write the new owner does not have."""
     s1 = cluster.servers["s1"]
@@ -279,7 +288,12 @@ def test_sigstop_past_the_session_is_fenced_and_rejoins(cluster: Cluster) -> Non
     direct = [threading.Thread(target=direct_writer, args=(p,), daemon=True) for p in victim_partitions]
     for thread in direct:
         thread.start()
-    time.sleep(2)
+    load.wait_flowing()
+    wait_until(
+        lambda: {p for p, _o, _v in direct_acked} == set(victim_partitions),
+        timeout=60,
+        what="direct writes acknowledged by the victim",
+    )
     victim.pause()
     paused_at = time.monotonic()
     cluster.wait_members({"s1", "s2", "s3"} - {victim_id}, timeout=60)

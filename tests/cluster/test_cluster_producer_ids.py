@@ -10,9 +10,9 @@ import threading
 import httpx
 import pytest
 
-from talos import Admin, ConflictError, Consumer, Producer, ProducerFencedError, RecordData, encode_batch
+from talos import Admin, ConflictError, Producer, ProducerFencedError, RecordData, encode_batch
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
-from tests.helpers import create_tenants
+from tests.helpers import create_tenants, partition_values
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
 
@@ -55,14 +55,6 @@ def test_another_tenants_producer_id_is_refused_at_the_owner_after_forwarding(pa
 PARTITIONS = 8
 
 
-def _values(url: str, topic: str, partition: int) -> list[bytes]:
-    with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
-        out: list[bytes] = []
-        while batch := consumer.poll(0.5):
-            out += [m.value or b"" for m in batch]
-        return out
-
-
 def test_a_fence_through_any_server_refuses_the_zombie_on_every_partition_also_after_a_restart(
     pair: Cluster,
 ) -> None:
@@ -98,7 +90,7 @@ def test_a_fence_through_any_server_refuses_the_zombie_on_every_partition_also_a
         with zombie() as producer, pytest.raises(ProducerFencedError):
             producer.send(topic, b"after restart", partition=partition).result(60)
     for partition in range(PARTITIONS):
-        assert _values(s1.url, topic, partition) == [f"before-{partition}".encode()]
+        assert partition_values(s1.url, topic, partition) == [f"before-{partition}".encode()]
 
 
 def test_concurrent_claims_of_one_name_through_two_servers_have_one_winner(pair: Cluster) -> None:

@@ -159,6 +159,17 @@ class Writer:
         self._thread.join(timeout=120)
 
 
+def consume_a_while(members: Members, count: int = 25, *, since: float = 0.0) -> None:
+    """Until the members have processed ``count`` messages more than now (after ``since``, a ``time.time()``,
+    if given): the current assignment is in use, however loaded the machine (a fixed sleep may not be)."""
+
+    def processed() -> int:
+        return sum(1 for e in members.events() if e["event"] == "msg" and float(str(e["t"])) > since)
+
+    target = (processed() if not since else 0) + count
+    wait_until(lambda: processed() >= target, timeout=60, what=f"{count} more messages processed")
+
+
 def coordinator_of(cluster: Cluster, group: str) -> str:
     ring = get_json(f"{cluster.any_alive().url}/v1/cluster")["ring"]
     return Ring({str(k): int(v) for k, v in ring["members"].items()}).owner(f"__group:{group}")  # type: ignore[index]
@@ -174,7 +185,7 @@ def test_members_join_leave_and_crash_without_loss_overlap_or_extra_moves(cluste
         members.start("a")
         before = stable(cluster, "churn", 1)
         for change in ("+b", "+c", "-b", "kill c", "+d"):
-            time.sleep(1.5)  # consume a while between changes
+            consume_a_while(members)  # between changes
             name = change.split()[-1].lstrip("+-")
             if change.startswith("+"):
                 members.start(name)
@@ -188,7 +199,7 @@ def test_members_join_leave_and_crash_without_loss_overlap_or_extra_moves(cluste
             print(f"after {change}: stable again in {time.monotonic() - changed:.1f}s")
             check_least_moves(before, after)
             before = after
-        time.sleep(1.5)
+        consume_a_while(members)
         writer.finish()
         wait_until(lambda: writer.acked <= members.processed(), timeout=60, what="every acknowledged message read")
         members.stop_all()
@@ -204,6 +215,7 @@ def test_members_join_leave_and_crash_without_loss_overlap_or_extra_moves(cluste
         members.stop_all()
 
 
+@pytest.mark.quick_reassign
 def test_the_group_goes_on_from_its_commits_when_the_coordinators_server_is_killed(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -220,13 +232,20 @@ def test_the_group_goes_on_from_its_commits_when_the_coordinators_server_is_kill
         stable(cluster, group, 2)
         described = get_json(f"{url}/v1/groups/{group}")
         assert described["coordinator"] == victim
-        time.sleep(3)
-        wait_until(lambda: writer.acked <= members.processed(), timeout=30, what="caught up before the kill")
-        committed_before = {
-            int(r["partition"]): int(r["committed"])
-            for r in get_json(f"{url}/v1/groups/{group}")["partitions"]  # type: ignore[attr-defined]
-            if r["topic"] == "jobs" and r["committed"] is not None
-        }
+
+        def committed() -> dict[int, int]:
+            return {
+                int(r["partition"]): int(r["committed"])
+                for r in get_json(f"{url}/v1/groups/{group}")["partitions"]  # type: ignore[attr-defined]
+                if r["topic"] == "jobs" and r["committed"] is not None
+            }
+
+        wait_until(
+            lambda: len(committed()) == 4 and writer.acked <= members.processed(),
+            timeout=30,
+            what="every partition committed and caught up before the kill",
+        )
+        committed_before = committed()
         assert len(committed_before) == 4
         killed_at = time.time()
         cluster.servers[victim].kill()
@@ -236,7 +255,10 @@ def test_the_group_goes_on_from_its_commits_when_the_coordinators_server_is_kill
             what="a member holding partitions under the new coordinator",
         )
         print(f"partitions granted again {time.time() - killed_at:.1f}s after the coordinator was killed")
-        time.sleep(3)  # messages keep flowing under the new coordinator
+        regranted = min(
+            float(str(e["t"])) for e in members.events() if e["event"] == "hold" and float(str(e["t"])) > killed_at
+        )
+        consume_a_while(members, since=regranted)  # messages keep flowing under the new coordinator
         writer.finish()
         wait_until(lambda: writer.acked <= members.processed(), timeout=90, what="every message read after the kill")
         after = stable(cluster, group, 2)

@@ -7,14 +7,17 @@ message must be stored exactly once, in order. With idempotence off, duplicates 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from talos.devservices import LocalCluster, stop_recorded_cluster
+from talos.devservices import LocalCluster, recorded_cluster, stop_recorded_cluster
 from tests.cluster.conftest import FAST
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.slow]
@@ -28,8 +31,26 @@ def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
         cluster.start()
         yield cluster
     finally:
+        kill_recorded_servers(cluster.base_dir)
         stop_recorded_cluster(cluster.base_dir)  # what the checker restarted is in cluster.json, not ours
         cluster.stop()
+
+
+def kill_recorded_servers(base_dir: Path) -> None:
+    """SIGKILL the servers ``cluster.json`` lists (each PID checked against its command line first). After the
+    fault campaign a graceful stop can sit out its whole 15 s (a server still starting, or closing pipelines
+    broken by the DataNode restart), and nothing here checks the shutdown: the checks were made."""
+    state = recorded_cluster(base_dir) or {}
+    servers = state.get("servers", [])
+    assert isinstance(servers, list)
+    for server in servers:
+        pid = int(server.get("pid") or 0)
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone already
+        if pid and b"--server-id" in argv and str(server["id"]).encode() in argv:
+            os.kill(pid, signal.SIGKILL)
 
 
 def verify(cluster: LocalCluster, *flags: str, seconds: int = 60) -> tuple[int, dict[str, int], str]:
@@ -75,8 +96,8 @@ def test_idempotent_producers_store_every_acknowledged_message_exactly_once(dev_
 
 
 def test_without_idempotence_nothing_acknowledged_is_lost(dev_cluster: LocalCluster) -> None:
-    # Shorter than the idempotent run (which must fit every kind of fault): loss is what this one checks.
-    code, summary, _log = verify(dev_cluster, "--no-idempotent", seconds=40)
+    # As long as the idempotent run: loss under faults is what this one checks (issue 22: at least 60 s).
+    code, summary, _log = verify(dev_cluster, "--no-idempotent", seconds=60)
     assert summary["acknowledged"] > 1000
     assert summary["lost"] == 0
     assert summary["out of order"] == 0

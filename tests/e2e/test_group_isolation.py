@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -39,6 +40,13 @@ def code(answer: httpx.Response) -> str:
 
 def join(client: httpx.Client, group: str, topic: str) -> httpx.Response:
     return client.post(f"/v1/groups/{group}/members", json={"topics": [topic], "session_timeout_ms": 10_000})
+
+
+def at_once(*requests: Callable[[], httpx.Response]) -> list[httpx.Response]:
+    """The requests, sent concurrently: before refusing another tenant's group a server re-reads the security
+    settings (at most once a second), and requests waiting at once share one re-read."""
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(lambda request: request(), requests))
 
 
 def owned_group(tenants: Tenants, group: str, *, leave: bool = False) -> str:
@@ -75,9 +83,11 @@ def test_only_the_owner_lists_a_group(tenants: Tenants) -> None:
 def test_another_tenants_group_is_404_on_describe_and_offsets(tenants: Tenants) -> None:
     owned_group(tenants, "private")
     with tenants.client("beta") as client:
-        described = client.get("/v1/groups/private")
-        offsets = client.get("/v1/groups/private/offsets")
-        missing = client.get("/v1/groups/no-such-group")
+        described, offsets, missing = at_once(
+            lambda: client.get("/v1/groups/private"),
+            lambda: client.get("/v1/groups/private/offsets"),
+            lambda: client.get("/v1/groups/no-such-group"),
+        )
     for answer in (described, offsets):
         assert answer.status_code == 404, answer.text
         assert code(answer) == "UNKNOWN_GROUP"
@@ -100,8 +110,10 @@ def test_another_tenant_cannot_join(tenants: Tenants) -> None:
 def test_another_tenant_cannot_heartbeat_or_kick_a_member(tenants: Tenants) -> None:
     member = owned_group(tenants, "kickable")
     with tenants.client("beta") as client:
-        beat = client.post(f"/v1/groups/kickable/members/{member}/heartbeat", json={"owned": []})
-        kick = client.delete(f"/v1/groups/kickable/members/{member}")
+        beat, kick = at_once(
+            lambda: client.post(f"/v1/groups/kickable/members/{member}/heartbeat", json={"owned": []}),
+            lambda: client.delete(f"/v1/groups/kickable/members/{member}"),
+        )
     for answer in (beat, kick):
         assert answer.status_code == 404 and code(answer) == "UNKNOWN_GROUP", answer.text
     with tenants.client("alpha") as client:
@@ -111,10 +123,12 @@ def test_another_tenant_cannot_heartbeat_or_kick_a_member(tenants: Tenants) -> N
 def test_another_tenant_cannot_commit_or_reset(tenants: Tenants) -> None:
     owned_group(tenants, "committed", leave=True)
     with tenants.client("beta") as client:
-        commit = client.post(
-            "/v1/groups/committed/offsets", json={"offsets": [{"topic": "b-orders", "partition": 0, "offset": 0}]}
+        commit, reset = at_once(
+            lambda: client.post(
+                "/v1/groups/committed/offsets", json={"offsets": [{"topic": "b-orders", "partition": 0, "offset": 0}]}
+            ),
+            lambda: client.post("/v1/groups/committed/offsets/reset", json={"topic": "b-orders", "to": "earliest"}),
         )
-        reset = client.post("/v1/groups/committed/offsets/reset", json={"topic": "b-orders", "to": "earliest"})
     for answer in (commit, reset):
         assert answer.status_code == 404 and code(answer) == "UNKNOWN_GROUP", answer.text
     with tenants.client("alpha") as client:

@@ -1,4 +1,4 @@
-"""The Locust runner against a real server: each scenario runs headless for a few seconds, prints its
+"""The Locust runner against a real server: each scenario runs headless for two seconds, prints its
 summary (requests/s, failures, p50/p95/p99) and leaves the CSVs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ RUNNER = Path(__file__).resolve().parents[2] / "load_tests" / "locust_run.py"
 
 @pytest.mark.parametrize("scenario", ["produce", "consume", "mixed"])
 def test_a_scenario_runs_headless_and_reports(server: StandaloneServer, scenario: str, tmp_path: Path) -> None:
-    flags = ["--scenario", scenario, "--seconds", "4", "--users", "8", "--prefill", "500", "--topic", "locust"]
+    flags = ["--scenario", scenario, "--seconds", "2", "--users", "8", "--prefill", "500", "--topic", "locust"]
     run = subprocess.run(
         [sys.executable, str(RUNNER), "--url", server.url, *flags, "--csv-dir", str(tmp_path)],
         capture_output=True,

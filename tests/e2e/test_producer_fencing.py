@@ -14,7 +14,6 @@ import pytest
 from talos import (
     Admin,
     ConflictError,
-    Consumer,
     InvalidRequestError,
     NotFoundError,
     Producer,
@@ -22,14 +21,7 @@ from talos import (
     ProducerIdentity,
 )
 from tests.e2e.conftest import StandaloneServer
-
-
-def _read_values(url: str, topic: str, partition: int) -> list[bytes]:
-    with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
-        values: list[bytes] = []
-        while batch := consumer.poll(0.5):
-            values += [m.value or b"" for m in batch]
-        return values
+from tests.helpers import partition_values
 
 
 def test_a_named_producer_keeps_its_id_and_each_claim_bumps_the_epoch(server: StandaloneServer) -> None:
@@ -59,9 +51,9 @@ def test_a_fence_refuses_the_old_epoch_on_partitions_the_new_instance_never_wrot
             # Once fenced, the zombie never takes a new epoch of its own (which would fence the new one).
             with pytest.raises(ProducerFencedError):
                 zombie.send(topic, b"later", partition=1).result(10)
-    assert _read_values(server.url, topic, 2) == [b"before"]
-    assert _read_values(server.url, topic, 1) == []
-    assert _read_values(server.url, topic, 0) == [b"new"]
+    assert partition_values(server.url, topic, 2) == [b"before"]
+    assert partition_values(server.url, topic, 1) == []
+    assert partition_values(server.url, topic, 0) == [b"new"]
 
 
 def test_a_fence_survives_a_restart_of_the_server(server: StandaloneServer) -> None:
@@ -77,7 +69,7 @@ def test_a_fence_survives_a_restart_of_the_server(server: StandaloneServer) -> N
     zombie = Producer(server.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch)
     with zombie, pytest.raises(ProducerFencedError):
         zombie.send(topic, b"after restart", partition=0).result(10)
-    assert _read_values(server.url, topic, 0) == [b"before"]
+    assert partition_values(server.url, topic, 0) == [b"before"]
 
 
 def test_a_lease_makes_a_second_claim_wait_until_released(server: StandaloneServer) -> None:

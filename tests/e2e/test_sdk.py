@@ -97,7 +97,8 @@ def test_consumer_seek_and_explicit_partitions(server: StandaloneServer, topic_n
 
 def test_consumer_long_poll_gets_new_messages(server: StandaloneServer, topic_name: str) -> None:
     Admin(server.url).create_topic(topic_name, partitions=3)
-    with Consumer(server.url, topics=[topic_name], start="latest", wait_ms=5000) as consumer:
+    # 2 s long polls: closing the consumer waits for those in flight (the partitions that got nothing).
+    with Consumer(server.url, topics=[topic_name], start="latest", wait_ms=2000) as consumer:
         assert consumer.poll(0.1) == []
 
         def send_later() -> None:

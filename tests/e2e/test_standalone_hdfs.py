@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,11 @@ def test_standalone_on_hdfs_keeps_everything_across_restarts(hdfs: HdfsCluster, 
         server.start()
         with Consumer(server.url, topics=["events"]) as consumer:
             got = {}
-            while batch := consumer.poll(3.0):
-                got.update({(m.partition, m.offset): m.value for m in batch})
+            deadline = time.monotonic() + 60
+            while not expected.keys() <= got.keys() and time.monotonic() < deadline:
+                got.update({(m.partition, m.offset): m.value for m in consumer.poll(1.0)})
+            # Anything stored beyond what was acknowledged would come at once (the fetches are at its offsets).
+            got.update({(m.partition, m.offset): m.value for m in consumer.poll(1.0)})
         assert got == expected
     finally:
         server.stop()

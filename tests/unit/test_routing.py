@@ -76,6 +76,23 @@ def test_an_unreachable_owner_falls_back_to_the_bootstrap() -> None:
     assert table.target("t", 1) == ("http://b", DIRECT)
 
 
+def test_an_unreachable_owner_is_avoided_for_a_while_even_when_a_lookup_names_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client cut from one server only (the servers still reach it): the entry point forwards meanwhile."""
+    now = [100.0]
+    monkeypatch.setattr("talos._routing.time.monotonic", lambda: now[0])
+    table = RouteTable(BOOT, avoid_s=10.0)
+    table.update("t", cluster_routes({0: "http://a", 1: "http://a", 2: "http://b"}))
+    table.learn("t", 0, TransportError("timed out"))
+    table.update("t", cluster_routes({0: "http://a", 1: "http://a", 2: "http://b"}))
+    assert table.target("t", 0) == (BOOT, {})
+    assert table.target("t", 1) == (BOOT, {})  # the same server, for another partition
+    assert table.target("t", 2) == ("http://b", DIRECT)
+    now[0] += 10.5
+    assert table.target("t", 0) == ("http://a", DIRECT)  # tried again after avoid_s
+
+
 def test_a_failed_lookup_is_retried_later() -> None:
     table = RouteTable(BOOT, refresh_interval_s=0.0)
     table.lookup_failed("t")

@@ -5,12 +5,14 @@ Every process is stopped by PID in ``stop``, also after a failed ``start``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import urllib.request
 from pathlib import Path
 
-from talos.devservices import ClusterServer, ClusterSettings, HdfsCluster, ZooKeeperServer, free_port, wait_until
+from talos.devservices import ClusterServer, HdfsCluster, ZooKeeperServer, free_port, wait_until
+from tests.cluster.conftest import FAST
 from tests.netfaults.network import Network
 
 SERVERS = ("s1", "s2", "s3")
@@ -18,14 +20,8 @@ GROUPS = {**{s: [s] for s in SERVERS}, "zookeeper": ["zookeeper"], "hdfs": ["hdf
 PORT = 8080  # every server has a namespace, so the same port each
 
 TOKEN = f"netfaults-admin-{secrets.token_hex(16)}"
-# Short timers, as the other cluster tests: a ZooKeeper session of 3 s, reassignment 4 s after it ends.
-SETTINGS = ClusterSettings(
-    zk_session_timeout_s=3.0,
-    join_delay_s=0.5,
-    reassign_delay_s=4.0,
-    env={"TALOS_RING_CHECK_S": "0.25", "TALOS_LOG_LEVEL": "info"},
-    admin_token=TOKEN,
-)
+# The other cluster tests' short timers (a ZooKeeper session of 3 s, reassignment 4 s after it ends).
+SETTINGS = dataclasses.replace(FAST, admin_token=TOKEN)
 
 
 class NetCluster:

@@ -8,6 +8,11 @@ partition must hold, no offset may have had two values, and the group must have 
 message. How long each partition went without an acknowledgement is printed, and, with
 ``TALOS_CAMPAIGN_REPORT=path``, written there (JSON, and a Markdown table next to it) for the docs' table.
 
+In the same run and window, one ``talos connect run`` in the clients' namespace hosts the four connectors
+(:mod:`tests.netfaults.connectors`: an HDFS source and an Elasticsearch source being fed, an HDFS sink and
+an Elasticsearch sink of the HDFS source's topic, whose partitions the owner under fault shares); after the
+fault each connector's target must hold its input exactly once (one test per fault and connector).
+
     .venv/bin/pytest tests/netfaults -m slow -s
 """
 
@@ -26,11 +31,12 @@ from typing import Any
 
 import pytest
 
-from talos.devservices import wait_until
+from talos.devservices import SearchServer, wait_until
 from tests.netfaults.cluster import GROUPS, SERVERS, TOKEN, NetCluster
+from tests.netfaults.connectors import CONNECTORS, ConnectorsUnderFault
 from tests.netfaults.network import CLIENTS, REPO, Network, leftovers
 
-pytestmark = [pytest.mark.slow, pytest.mark.hdfs, pytest.mark.zookeeper]
+pytestmark = [pytest.mark.slow, pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.search]
 
 SECONDS = 60  # of writing, per fault
 FAULT_S = 50  # the fault's share of them; the rest is for recovery before the writers stop
@@ -59,7 +65,12 @@ FAULTS: dict[str, Fault] = {
     f"owner's links flapping (cut {FLAP_S:.0f} s, healed {FLAP_S:.0f} s)": flapping,
 }
 
+# (fault, connector) → why that connector loses or duplicates records under that fault (a finding, see the
+# connector tests below); empty when every connector holds.
+CONNECTOR_FINDINGS: dict[tuple[str, str], str] = {}
+
 RESULTS: dict[str, dict[str, Any]] = {}
+RUNS: dict[str, dict[str, Any] | Exception] = {}  # one run per fault, shared by the tests of that fault
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +86,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
     finally:
         net.close()
     assert leftovers(net.prefix) == [], "the campaign left namespaces, links or tables behind"
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SearchServer]:
+    """The Elasticsearch connectors' search server, in the clients' namespace (no fault reaches it)."""
+    server = SearchServer(tmp_path_factory.mktemp("search"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 def reachable(net: Network, source: str, target: str, port: int) -> bool:
@@ -106,7 +127,7 @@ def took_effect(cluster: NetCluster, fault: str, owner: str) -> bool:
     return True  # flapping: counted by its cuts
 
 
-def verify(cluster: NetCluster, fault: str) -> dict[str, Any]:
+def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault) -> dict[str, Any]:
     topic = f"netfaults-{int(time.time() * 1000)}"
     argv = [sys.executable, "-m", "talos.cli", "verify", "--url", cluster.servers["s1"].url, "--topic", topic]
     argv += ["--seconds", str(SECONDS), "--json"]
@@ -132,6 +153,7 @@ def verify(cluster: NetCluster, fault: str) -> dict[str, Any]:
         wait_until(routed, timeout=30, what=f"routes of {topic}", interval=0.2)
         # The owner of a partition that the clients' entry point (s1) does not own, if there is one.
         owner = next((o for o in owners.values() if o != "s1"), "s1")
+        connector_partitions = sorted(p for p, o in connectors.owners_a.items() if o == owner)
         time.sleep(max(0.0, began + 2 - time.monotonic()))
         fault_began = time.monotonic()
         with FAULTS[fault](cluster.net, owner) as state:
@@ -151,8 +173,39 @@ def verify(cluster: NetCluster, fault: str) -> dict[str, Any]:
     report.update(
         fault=fault, owner=owner, owner_partitions=owned, fault_s=round(fault_s, 1), took_effect=effect, flaps=flaps
     )
+    report["connectors_owner_partitions_a"] = connector_partitions
     report["max_unwritable_s"] = max((u["longest_s"] for u in report["unwritable"].values()), default=0.0)
     report["exit_code"] = process.returncode
+    return report
+
+
+def run_fault(cluster: NetCluster, search: SearchServer, fault: str) -> dict[str, Any]:
+    """``talos verify`` and the connectors under ``fault``, once per fault however many tests ask."""
+    if fault not in RUNS:
+        try:
+            RUNS[fault] = _run_fault(cluster, search, fault)
+        except Exception as exc:
+            RUNS[fault] = exc
+    run = RUNS[fault]
+    if isinstance(run, Exception):
+        raise run
+    return run
+
+
+def _run_fault(cluster: NetCluster, search: SearchServer, fault: str) -> dict[str, Any]:
+    cluster.wait_healthy(timeout=90)  # the previous fault healed: all three servers ready and in the ring
+    workdir = cluster.base_dir / f"connect-{len(RUNS)}"
+    workdir.mkdir()
+    connectors = ConnectorsUnderFault(cluster, search.url, workdir)
+    try:
+        connectors.start()  # running, and each has written something, before verify starts
+        report = verify(cluster, fault, connectors)
+        connectors.stop_feeding()  # the fault healed some seconds ago (verify's recovery time)
+        report.update(connectors.finish())
+    finally:
+        connectors.close()
+    RESULTS[fault] = report
+    write_report(RESULTS)
     return report
 
 
@@ -164,25 +217,31 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
     path.write_text(json.dumps(results, indent=2))
     rows = [
         "| fault | producer: acknowledged lost | producer: duplicates | offsets with two values "
-        "| max unwritable s (partition) | group consumer: missed |",
-        "|---|---|---|---|---|---|",
+        "| max unwritable s (partition) | group consumer: missed "
+        + "".join(f"| {kind}: lost / dup / stalled s " for kind in CONNECTORS)
+        + "|",
+        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS),
     ]
     for name, r in results.items():
         worst = max(r["unwritable"].items(), key=lambda item: item[1]["longest_s"], default=("-", {"longest_s": 0}))
         rows.append(
             f"| {name} | {r['lost']} of {r['acknowledged']} | {r['duplicated']} | {r['offset_conflicts']} "
             f"| {worst[1]['longest_s']:.1f} (p{worst[0]}; owner {r['owner']} held {r['owner_partitions']}) "
-            f"| {r['consumer_missed']} |"
+            f"| {r['consumer_missed']} "
+            + "".join(
+                f"| {c['lost']} / {c['duplicates']} / {c['stalled_s']:.1f} "
+                for c in (r["connectors"][kind] for kind in CONNECTORS)
+            )
+            + "|"
         )
     path.with_suffix(".md").write_text("\n".join(rows) + "\n")
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_nothing_acknowledged_is_lost_or_duplicated_under(cluster: NetCluster, fault: str) -> None:
-    cluster.wait_healthy(timeout=90)  # the previous fault healed: all three servers ready and in the ring
-    report = verify(cluster, fault)
-    RESULTS[fault] = report
-    write_report(RESULTS)
+def test_nothing_acknowledged_is_lost_or_duplicated_under(
+    cluster: NetCluster, search: SearchServer, fault: str
+) -> None:
+    report = run_fault(cluster, search, fault)
     print(f"\n== {fault}: owner {report['owner']} (partitions {report['owner_partitions']})")
     print(
         f"acknowledged {report['acknowledged']}  lost {report['lost']}  duplicated {report['duplicated']}  "
@@ -203,3 +262,34 @@ def test_nothing_acknowledged_is_lost_or_duplicated_under(cluster: NetCluster, f
     assert report["offset_conflicts"] == 0
     assert report["consumer_missed"] == 0
     assert report["ok"] and report["exit_code"] == 0
+
+
+@pytest.mark.parametrize(
+    ("fault", "connector"),
+    [
+        pytest.param(
+            fault,
+            kind,
+            marks=[pytest.mark.xfail(strict=True, reason=CONNECTOR_FINDINGS[(fault, kind)])]
+            if (fault, kind) in CONNECTOR_FINDINGS
+            else [],
+        )
+        for fault in FAULTS
+        for kind in CONNECTORS
+    ],
+)
+def test_connector_loses_and_duplicates_nothing_under(
+    cluster: NetCluster, search: SearchServer, fault: str, connector: str
+) -> None:
+    report = run_fault(cluster, search, fault)  # the run of the producer's test of this fault
+    result = report["connectors"][connector]
+    print(f"\n== {fault}: {connector} (owner {report['owner']} held {report['connectors_owner_partitions_a']} of A)")
+    print(f"{result}  status {report['connectors_status'].get(connector)}")
+    print(f"caught up {report['connectors_caught_up']} in {report['connectors_catch_up_s']} s")
+    log = "\n".join(report["connectors_log"])
+    assert report["connectors_owner_partitions_a"], "the owner under fault held none of the connectors' topic"
+    assert result["expected"] > 1000
+    assert result["lost"] == 0, f"lost {result['examples_lost']}; the runner's log:\n{log}"
+    assert result["duplicates"] == 0, f"duplicated {result['examples_duplicated']}; the runner's log:\n{log}"
+    assert result["unexpected"] == 0
+    assert report["connectors_exit_code"] == 0

@@ -208,10 +208,18 @@ class Broker:
 
     def topic(self, name: str) -> TopicConfig:
         config = self._topics.get(name)
-        if config is None and self.cluster is not None and self.cluster.zk.connected:
+        if config is None and self.cluster is not None and (TOPIC_NAME.match(name) or INTERNAL_NAME.match(name)):
             # Created through another server a moment ago, before our watch fired: read-your-writes
             # across servers costs one ZooKeeper read, and only for a name we do not know.
-            config = self.topics.get(name) if TOPIC_NAME.match(name) or INTERNAL_NAME.match(name) else None
+            if not self.cluster.zk.connected:  # cannot tell: "unknown" would be a lie a client acts on
+                raise ApiError(
+                    503,
+                    "NOT_REGISTERED",
+                    f"cannot look topic {name!r} up while this server reconnects to ZooKeeper; retry",
+                    retriable=True,
+                    headers={"Retry-After": "1"},
+                )
+            config = self.topics.get(name)
             if config is not None:
                 self._topics.setdefault(name, config)
         if config is None:

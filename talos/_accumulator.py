@@ -39,6 +39,7 @@ class PendingBatch(Generic[F]):
     attempts: int = 0
     outcome: object = None  # the sync producer's shared result for the whole batch
     sequence: int | None = None  # an idempotent producer's sequence of the first record, fixed at first send
+    epoch: int | None = None  # the producer epoch that sequence belongs to, fixed with it
 
 
 class Accumulator(Generic[F]):

@@ -70,6 +70,7 @@ MAGIC = 1
 HEADER_SIZE = 53
 CRC_START = 17
 MAX_BATCH_LENGTH = 2**31 - 1
+_MIN_INT64, _MAX_INT64 = -(2**63), 2**63 - 1
 # The smallest record: length, timestamp delta, key length, value length and header count, a byte each.
 MIN_RECORD_SIZE = 5
 _MIN_INT64 = -(2**63)
@@ -348,7 +349,10 @@ def decode_records(buf: Buffer, pos: int = 0, *, verify: bool = True) -> list[Re
         cursor, headers = _walk_headers(buf, cursor, record_end, count) if count else (cursor, ())
         if cursor != record_end:
             raise CorruptBatchError(f"record {index}: its fields do not fill its declared length")
-        out.append(Record(header.base_offset + index, header.first_timestamp + delta, key, value, headers))
+        stamp = header.first_timestamp + delta
+        if not _MIN_INT64 <= stamp <= _MAX_INT64:  # a damaged delta: no 64-bit reader could take it
+            raise CorruptBatchError(f"record {index}: timestamp {stamp} is outside 64 bits")
+        out.append(Record(header.base_offset + index, stamp, key, value, headers))
     if cursor != end:
         raise CorruptBatchError(f"the header counts {header.record_count} records, the batch holds more")
     return out

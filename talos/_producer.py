@@ -74,8 +74,10 @@ def _backoff(batch: PendingBatch[Any], base_s: float, error: BaseException) -> f
 class Idempotence:
     """An idempotent producer's id, epoch and next sequence per partition (shared by the twins; no I/O).
 
-    A batch gets its sequence when it is first sent and keeps it through retries, so the partition's
-    owner recognises a resend and answers it with the original offsets instead of storing it twice.
+    A batch gets its sequence when it is first sent and keeps it through retries, with the epoch it was
+    given in, so the partition's owner recognises a resend and answers it with the original offsets instead
+    of storing it twice. (Sent again under a newer epoch, the old sequence would name another batch of
+    that epoch, and the owner would answer with that batch's offsets.)
     """
 
     def __init__(self, producer_id: int, epoch: int) -> None:
@@ -88,11 +90,12 @@ class Idempotence:
         self.fenced: ProducerFencedError | None = None
 
     def fields(self, batch: PendingBatch[Any]) -> dict[str, int]:
-        if batch.sequence is None:
+        if batch.sequence is None or batch.epoch is None:
             key = (batch.topic, batch.partition)
             batch.sequence = self.next.get(key, 0)
+            batch.epoch = self.epoch
             self.next[key] = (batch.sequence + len(batch.records)) % (2**31)
-        return {"producer_id": self.producer_id, "producer_epoch": self.epoch, "base_sequence": batch.sequence}
+        return {"producer_id": self.producer_id, "producer_epoch": batch.epoch, "base_sequence": batch.sequence}
 
     def restart(self, epoch: int) -> None:
         self.epoch = epoch
@@ -138,8 +141,11 @@ def _retry_delay(producer: _Producer[Any, Any], batch: PendingBatch[Any], error:
                 time.monotonic() - batch.created,
                 error,
             )
-            if producer._idempotence is not None:
-                producer._idempotence.stale = True  # its sequences will never be stored: a gap for the next batch
+            idempotence = producer._idempotence
+            if idempotence is not None and batch.epoch in (None, idempotence.epoch):
+                # Its sequences will never be stored: a gap for the next batch of this epoch. (A batch of an
+                # epoch the producer has left leaves no gap in the new one.)
+                idempotence.stale = True
         return None
     if producer._routes.learn(batch.topic, batch.partition, error) and batch.attempts < 3:
         batch.attempts += 1
@@ -163,6 +169,14 @@ def _register(url: str, producer_id: int | None, epoch: int | None) -> Steps[Ide
         return Idempotence(producer_id, epoch)
     answer = check((yield from http(Request("POST", **_init_request(url, producer_id))))).json()
     return Idempotence(answer["producer_id"], answer["producer_epoch"])  # type: ignore[index]
+
+
+def _fenced_by_another(error: ProducerFencedError, epoch: int) -> bool:
+    """Whether the epoch that fenced a batch is newer than this producer's own: another instance took the id
+    over. (A batch sent before this producer moved to a new epoch itself is fenced by that epoch: only that
+    batch fails.)"""
+    current = error.details.get("current_epoch")
+    return not isinstance(current, int) or current > epoch
 
 
 def _new_epoch(producer: _Producer[Any, Any]) -> Steps[None]:
@@ -204,8 +218,9 @@ def _deliver(
             result = _result((yield from http(Request("POST", **_produce_request(producer, batch)))))
         except ProducerFencedError as exc:
             error = exc
-            if producer._idempotence is not None:
-                producer._idempotence.fenced = exc
+            idempotence = producer._idempotence
+            if idempotence is not None and _fenced_by_another(exc, idempotence.epoch):
+                idempotence.fenced = exc
         except Exception as exc:
             error = exc
         delay = _after_attempt(producer, window, queue, result, error)

@@ -63,7 +63,11 @@ MAX_LEASE_MS = 600_000
 
 class ProducerInit(BaseModel):
     producer_id: int | None = Field(
-        None, ge=0, le=INT64_MAX, description="an id allocated before: its next epoch, which fences the older instance"
+        None,
+        ge=0,
+        le=INT64_MAX,
+        strict=True,
+        description="an id allocated before: its next epoch, which fences the older instance",
     )
     name: str | None = Field(
         None,
@@ -73,8 +77,10 @@ class ProducerInit(BaseModel):
         description="a named producer (one id per tenant and name, like Kafka's transactional.id): its next epoch "
         "and a lease; with producer_id and producer_epoch, the holder renews (lease_ms 0 releases)",
     )
-    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1, description="with name: the holder's epoch")
-    lease_ms: int = Field(0, ge=0, le=MAX_LEASE_MS, description="with name: how long other claims wait")
+    producer_epoch: int | None = Field(
+        None, ge=0, le=2**15 - 1, strict=True, description="with name: the holder's epoch"
+    )
+    lease_ms: int = Field(0, ge=0, le=MAX_LEASE_MS, strict=True, description="with name: how long other claims wait")
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -84,8 +90,8 @@ def _first_error(exc: ValidationError) -> str:
 
 
 class FenceRequest(BaseModel):
-    producer_id: int = Field(ge=0, le=INT64_MAX)
-    producer_epoch: int = Field(ge=0, le=2**15 - 1)
+    producer_id: int = Field(ge=0, le=INT64_MAX, strict=True)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
 
 
 class TopicPatch(BaseModel):

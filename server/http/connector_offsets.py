@@ -43,13 +43,15 @@ router = APIRouter(prefix="/v1/connectors", tags=["connectors"])
 class CheckpointPut(BaseModel):
     task: str = Field(min_length=1, max_length=100, description="the task's key within the connector")
     checkpoint: dict[str, Any] | None = Field(description="the task's positions; null removes them")
-    producer_id: int | None = Field(None, ge=0, le=2**63 - 1, description="the task's producer (fences a zombie)")
-    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1, description="with producer_id: its epoch")
+    producer_id: int | None = Field(
+        None, ge=0, le=2**63 - 1, strict=True, description="the task's producer (fences a zombie)"
+    )
+    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1, strict=True, description="with producer_id: its epoch")
 
 
 class FenceBody(BaseModel):
-    producer_id: int = Field(ge=0, le=2**63 - 1)
-    producer_epoch: int = Field(ge=0, le=2**15 - 1)
+    producer_id: int = Field(ge=0, le=2**63 - 1, strict=True)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
 
 
 def _check_name(name: str) -> None:
@@ -110,9 +112,11 @@ async def put_offsets(name: str, request: Request) -> Response:
         body = CheckpointPut.model_validate_json(raw)
     except ValidationError as exc:
         raise ApiError(400, "INVALID_REQUEST", f"expected {{'task', 'checkpoint'}}: {exc.errors()[0]['msg']}") from None
-    producer = None
-    if body.producer_id is not None:
-        producer = (body.producer_id, body.producer_epoch or 0)
+    if (body.producer_id is None) != (body.producer_epoch is None):
+        raise ApiError(400, "INVALID_REQUEST", "producer_id and producer_epoch go together")
+    producer = (
+        None if body.producer_id is None or body.producer_epoch is None else (body.producer_id, body.producer_epoch)
+    )
     await save(broker, tenant, name, body.task, body.checkpoint, producer)
     return json_response({"connector": name, "task": body.task})
 

@@ -108,6 +108,8 @@ RULES: tuple[StatusRule, ...] = (
     _rule("/v1/audit", {503}),  # read from the audit topic
     _rule("/v1/connectors", {503}),  # kept in an internal topic
     _rule("/v1/connectors", {429}, _WRITES),  # written on the tenant's behalf: its quotas apply
+    _rule("/v1/connectors/", {409}, _WRITES),  # a fenced (zombie) task's checkpoint
+    _rule("/v1/topics/{topic}/fence", {421, 429}),  # each partition's fence: direct routing; rate quotas
 )
 
 

@@ -26,7 +26,7 @@ from server import metrics
 from server.errors import ApiError
 from server.partition.producers import Duplicate, ProducerStates
 from server.partition.tailcache import PartitionTail
-from talos import BatchError, decode_records, iter_batches, read_header
+from talos import HEADER_SIZE, BatchError, decode_records, iter_batches, read_header
 
 log = logging.getLogger("talos.server")
 
@@ -87,6 +87,7 @@ class _Request:
     error: Exception | None = field(default=None)
     duplicate: bool = False
     fence: tuple[int, int] | None = None  # (producer id, epoch): a fence, not a batch
+    newest_epoch: int | None = None  # the allocator's newest epoch of the batch's producer, if newer
 
 
 def as_api_error(error: Exception) -> ApiError:
@@ -160,6 +161,14 @@ class LoadedPartition:
     async def produce(self, batch: bytearray, *, durable: bool = True, verify: bool = True) -> ProduceResult:
         loop = asyncio.get_running_loop()
         request = _Request(batch, durable, loop.create_future(), verify)
+        if self._epochs is not None and len(batch) >= HEADER_SIZE:
+            header = read_header(batch)
+            if header.producer_id >= 0 and header.producer_id not in self._verified:
+                # Asked before the batch queues (on the read pool: never inside a flush), applied in order
+                # by the write thread, so a fence queued meanwhile still counts.
+                request.newest_epoch = await loop.run_in_executor(
+                    self._reads, self._newest_epoch, header.producer_id, header.producer_epoch
+                )
         self._queue.append(request)
         if not self._committing:
             self._committing = True
@@ -241,7 +250,9 @@ class LoadedPartition:
             try:
                 header = read_header(request.batch)
                 if header.producer_id >= 0 and header.producer_id not in self._verified:
-                    self._verify(header.producer_id, header.producer_epoch)
+                    if request.newest_epoch is not None:
+                        self.producers.fence(header.producer_id, request.newest_epoch)
+                    self._verified.add(header.producer_id)
                 verdict = self.producers.check(header)
                 if isinstance(verdict, Duplicate):  # answered after this flush, as the original was
                     base = verdict.base_offset
@@ -265,18 +276,16 @@ class LoadedPartition:
                 request.duplicate = True  # nothing stored
         return durable
 
-    def _verify(self, producer_id: int, epoch: int) -> None:
-        """The first write of a producer since this load: fence it up to the allocator's newest epoch."""
-        if self._epochs is not None:
-            try:
-                newer = self._epochs.newer_epoch(producer_id, epoch)
-            except Exception as exc:  # ZooKeeper or the storage unreachable: this batch only, retriable
-                raise ApiError(
-                    503, "PRODUCER_CHECK_FAILED", f"cannot check producer {producer_id}'s epoch: {exc}", retriable=True
-                ) from exc
-            if newer is not None:
-                self.producers.fence(producer_id, newer)
-        self._verified.add(producer_id)
+    def _newest_epoch(self, producer_id: int, epoch: int) -> int | None:
+        """In an I/O thread, the first write of a producer since this load: the allocator's newest epoch of it,
+        if newer than ``epoch`` (the partition then fences the older ones)."""
+        assert self._epochs is not None
+        try:
+            return self._epochs.newer_epoch(producer_id, epoch)
+        except Exception as exc:  # ZooKeeper or the storage unreachable: this batch only, retriable
+            raise ApiError(
+                503, "PRODUCER_CHECK_FAILED", f"cannot check producer {producer_id}'s epoch: {exc}", retriable=True
+            ) from exc
 
     # ---------------------------------------------------------------- fetch
 

@@ -101,6 +101,7 @@ def fenced_holder(producer_id: int, epoch: int, current: int) -> ApiError:
         409,
         "PRODUCER_FENCED",
         f"producer {producer_id} epoch {epoch} is fenced by epoch {current} (a newer instance took over)",
+        details={"producer_epoch": epoch, "current_epoch": current},
     )
 
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from talos import Admin, ConflictError, Producer, ProducerFencedError, RecordData, encode_batch
+from talos.devservices import wait_until
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.helpers import create_tenants, partition_values
 
@@ -27,6 +28,13 @@ def test_another_tenants_producer_id_is_refused_at_the_owner_after_forwarding(pa
     with Admin(s1.url, token=beta_token) as owner:
         owner.create_topic("shared", partitions=6)
         owner.grant("shared", "alpha", ["produce", "consume"])
+    # The grant reaches s2 with its next read of the security document: until then alpha's forwarded request
+    # would find the topic hidden (404), not refuse the forged id (403).
+    wait_until(
+        lambda: httpx.get(f"{s2.url}/v1/topics/shared", headers=alpha, timeout=10).status_code == 200,
+        timeout=30,
+        what="the grant on s2",
+    )
     remote = next(p for p, server in pair.routes("shared").items() if server == "s2")
     path = f"/v1/topics/shared/partitions/{remote}/messages"
 

@@ -63,6 +63,7 @@ def test_another_tenants_producer_id_is_refused_at_the_owner_after_forwarding(pa
 PARTITIONS = 8
 
 
+@pytest.mark.slow
 def test_a_fence_through_any_server_refuses_the_zombie_on_every_partition_also_after_a_restart(
     pair: Cluster,
 ) -> None:
@@ -101,6 +102,7 @@ def test_a_fence_through_any_server_refuses_the_zombie_on_every_partition_also_a
         assert partition_values(s1.url, topic, partition) == [f"before-{partition}".encode()]
 
 
+@pytest.mark.slow
 def test_concurrent_claims_of_one_name_through_two_servers_have_one_winner(pair: Cluster) -> None:
     s1, s2 = pair.servers["s1"], pair.servers["s2"]
     for round_ in range(5):

@@ -4,6 +4,8 @@ partition's owner was killed and the partition moved (the new owner, and the oth
 
 from __future__ import annotations
 
+import pytest
+
 from server.connect_offsets import CONNECT_OFFSETS_TOPIC, partition_of
 from talos import Admin
 from talos.devservices import wait_until
@@ -12,6 +14,7 @@ from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 CONNECTOR = "moving"
 
 
+@pytest.mark.slow
 def test_loads_see_every_save_across_servers_and_a_partition_move(cluster: Cluster) -> None:
     servers = list(cluster.servers.values())
     admins = {s.server_id: Admin(s.url, token=CLUSTER_TOKEN) for s in servers}

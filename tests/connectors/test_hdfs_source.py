@@ -103,6 +103,7 @@ def test_kill_9_at_random_points_writes_every_line_exactly_once(
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
 
 
+@pytest.mark.slow
 def test_two_runners_of_one_source_one_works_the_other_takes_over_when_it_dies(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:
@@ -128,6 +129,7 @@ def test_two_runners_of_one_source_one_works_the_other_takes_over_when_it_dies(
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
 
 
+@pytest.mark.slow
 def test_a_smaller_tasks_retires_the_removed_tasks_checkpoints_and_loses_nothing(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:

@@ -75,6 +75,7 @@ def committed_offsets(url: str, topic: str) -> dict[int, int | None]:
     return {row["partition"]: row["committed"] for row in rows if row["topic"] == topic}
 
 
+@pytest.mark.slow
 @pytest.mark.hdfs
 @pytest.mark.parametrize("step", ["commit", "publish"])
 def test_a_runner_paused_past_its_session_mid_flush_leaves_every_record_in_exactly_one_file(
@@ -195,6 +196,7 @@ def test_open_renames_committed_staged_files_and_deletes_the_others(hdfs: HdfsCl
     assert client.list(posixpath.join(root, name, "1")) == [file_name(name, 1, 3, 7, "jsonl")]
 
 
+@pytest.mark.slow
 @pytest.mark.search
 def test_an_elasticsearch_runner_paused_before_its_commit_is_refused_and_nothing_is_lost_or_doubled(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str, monkeypatch: pytest.MonkeyPatch

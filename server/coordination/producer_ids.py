@@ -23,12 +23,12 @@ from server.partition.producer_ids import (
     UNKNOWN,
     Lease,
     OwnerCache,
-    fenced_holder,
     name_key,
     new_producer_id,
     take_lease,
     unknown_producer,
 )
+from server.partition.producers import fenced
 
 __all__ = ["ZkProducerIds"]
 
@@ -105,7 +105,7 @@ class ZkProducerIds:
             current, now = int(node["epoch"]), _now_ms()
             if holder is not None:
                 if holder != (producer_id, current):
-                    raise fenced_holder(holder[0], holder[1], current)
+                    raise fenced(holder[0], holder[1], current)
                 try:
                     self._zk.set(path, orjson.dumps({**record, "until_ms": now + lease_ms}), version=name_stat.version)
                 except BadVersionError:

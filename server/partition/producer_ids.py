@@ -30,6 +30,7 @@ import orjson
 
 from fencing import FileSystem
 from server.errors import ApiError
+from server.partition.producers import fenced
 
 __all__ = [
     "Lease",
@@ -37,7 +38,6 @@ __all__ = [
     "ProducerIds",
     "StorageProducerIds",
     "UNKNOWN",
-    "fenced_holder",
     "name_key",
     "new_producer_id",
     "take_lease",
@@ -94,15 +94,6 @@ class Lease:
 def name_key(tenant: str | None, name: str) -> str:
     """A storage- and ZooKeeper-safe key of (tenant, name): names hold ``/`` and tenants any character."""
     return hashlib.sha256(f"{tenant or ''}\0{name}".encode()).hexdigest()[:40]
-
-
-def fenced_holder(producer_id: int, epoch: int, current: int) -> ApiError:
-    return ApiError(
-        409,
-        "PRODUCER_FENCED",
-        f"producer {producer_id} epoch {epoch} is fenced by epoch {current} (a newer instance took over)",
-        details={"producer_epoch": epoch, "current_epoch": current},
-    )
 
 
 def take_lease(lease: Lease | None, current_epoch: int, now_ms: int) -> None:
@@ -209,7 +200,7 @@ class StorageProducerIds:
             now = _now_ms()
             if holder is not None:
                 if holder != (producer_id, current):
-                    raise fenced_holder(holder[0], holder[1], current)
+                    raise fenced(holder[0], holder[1], current)
                 self._leases[key] = Lease(current, now + lease_ms)
                 return holder
             take_lease(self._leases.get(key), current, now)

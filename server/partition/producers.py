@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from server.errors import ApiError
 from talos import BatchHeader
 
-__all__ = ["Append", "Duplicate", "ProducerStates", "RETAINED_BATCHES"]
+__all__ = ["Append", "Duplicate", "ProducerStates", "RETAINED_BATCHES", "fenced"]
 
 RETAINED_BATCHES = 8  # per producer: how far back a resend is recognised with its original offsets
 
@@ -45,7 +45,8 @@ class _Producer:
     # (base sequence, last sequence, base offset) of the most recent batches
 
 
-def _fenced(producer_id: int, epoch: int, current: int) -> ApiError:
+def fenced(producer_id: int, epoch: int, current: int) -> ApiError:
+    """409 ``PRODUCER_FENCED``: ``epoch`` is older than the producer's ``current`` one."""
     return ApiError(
         409,
         "PRODUCER_FENCED",
@@ -70,7 +71,7 @@ class ProducerStates:
         if known is None:
             return Append()  # a producer this partition has not seen (or whose state is older than the tail)
         if header.producer_epoch < known.epoch:
-            raise _fenced(header.producer_id, header.producer_epoch, known.epoch)
+            raise fenced(header.producer_id, header.producer_epoch, known.epoch)
         if first < 0:
             return Append()  # epoch-only
         if header.producer_epoch > known.epoch:

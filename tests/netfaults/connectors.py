@@ -15,6 +15,7 @@ import posixpath
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -329,18 +330,21 @@ class ConnectorsUnderFault:
             out += data.decode().split("\n")[:-1]  # a last line without its newline is not for reading yet
         return out
 
-    def _documents_in_index(self) -> list[str]:
-        ids: list[str] = []
+    def _hits(self, index: str) -> Iterator[dict[str, Any]]:
+        """Every document of ``index``, by id, page after page (``search_after``)."""
         after: list[Any] | None = None
         while True:
             body: dict[str, Any] = {"size": 1000, "sort": [{"_id": "asc"}], "query": {"match_all": {}}}
             if after:
                 body["search_after"] = after
-            hits = self.search.search(index=self.index_in, body=body)["hits"]["hits"]
+            hits = self.search.search(index=index, body=body)["hits"]["hits"]
             if not hits:
-                return ids
-            ids += [hit["_id"] for hit in hits]
+                return
+            yield from hits
             after = hits[-1]["sort"]
+
+    def _documents_in_index(self) -> list[str]:
+        return [hit["_id"] for hit in self._hits(self.index_in)]
 
     def _file_ranges(self) -> list[tuple[str, int, int, int]]:
         out = []
@@ -377,19 +381,11 @@ class ConnectorsUnderFault:
         """``<partition>:<offset>`` of every document in the sink's index, by its id ``<topic>-<p>-<o>``."""
         self.search.indices.refresh(index=self.index_out)
         ids: list[str] = []
-        after: list[Any] | None = None
-        while True:
-            body: dict[str, Any] = {"size": 1000, "sort": [{"_id": "asc"}], "query": {"match_all": {}}}
-            if after:
-                body["search_after"] = after
-            hits = self.search.search(index=self.index_out, body=body)["hits"]["hits"]
-            if not hits:
-                return ids
-            for hit in hits:
-                partition, offset = hit["_id"].removeprefix(f"{self.topic_a}-").split("-")
-                assert hit["_source"]["talos"]["offset"] == int(offset), hit
-                ids.append(f"{partition}:{offset}")
-            after = hits[-1]["sort"]
+        for hit in self._hits(self.index_out):
+            partition, offset = hit["_id"].removeprefix(f"{self.topic_a}-").split("-")
+            assert hit["_source"]["talos"]["offset"] == int(offset), hit
+            ids.append(f"{partition}:{offset}")
+        return ids
 
     def close(self) -> None:
         self._stop_feeding.set()

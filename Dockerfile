@@ -5,9 +5,13 @@
 #   talos connect run FILE       connectors (k8s/base/connectors-deployment.yaml)
 # Build: docker build -t talos:0.1.0 .
 FROM python:3.11-slim-bookworm AS build
+# gcc builds the compiled record codec (talos/_speedups.c); only this stage has it
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/talos
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY talos talos
 COPY server server
 COPY hashring hashring

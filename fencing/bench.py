@@ -1,11 +1,15 @@
 """Storage benchmark: the segment log against the raw disk, measured in one run on one machine.
 
-    python -m fencing.bench [--dir DIR] [--mib 256] [--hdfs auto|hdfs://host:port/path|off]
+    python -m fencing.bench [--dir DIR] [--mib 256] [--hdfs auto|hdfs://host:port/path|off] [--rolls]
 
 Local disk: durable append throughput of the log (1 KiB records in ~1 MiB batches, one flush per batch)
 as a ratio to plain ``write`` + ``fdatasync`` of the same bytes in the same directory; the two runs
 alternate and the medians are compared. HDFS (``auto`` starts a real one): ``hsync`` latency p50/p99 of
 small writes, and the same throughput comparison against plain ``hdfs-native`` write + ``hsync``.
+
+``--rolls``: instead, the latency of every flush of a log whose segments roll often (``--roll-segment-mib``),
+on both: p50, p99 and max over all flushes, and the max over the flushes that filled a segment (the roll
+stall: an HDFS close waits for the last block).
 """
 
 from __future__ import annotations
@@ -89,6 +93,42 @@ def compare(fs: FileSystem, root: str, batches: list[bytes], total: int, rounds:
     return {"raw_mib_s": raw, "log_mib_s": logged, "ratio": logged / raw}
 
 
+def roll_latency(
+    fs: FileSystem, root: str, *, total_bytes: int, segment_bytes: int, batch_bytes: int
+) -> dict[str, float]:
+    """Flush latencies (ms) of one log written in ``batch_bytes`` flushes, rolling every ``segment_bytes``."""
+    directory = f"{root}/rolls-{uuid.uuid4().hex[:8]}"
+    plog = PartitionLog.open(
+        fs, directory, DirectoryEpochSource(fs, directory), config=LogConfig(segment_bytes=segment_bytes)
+    )
+    batch = make_batches(1, batch_bytes=batch_bytes)[0]
+    latencies, rolling = [], []
+    in_segment = written = 0
+    while written < total_bytes:
+        start = time.perf_counter()
+        plog.append(batch, verify=False)
+        plog.flush()
+        elapsed = (time.perf_counter() - start) * 1000
+        latencies.append(elapsed)
+        written += len(batch)
+        in_segment += len(batch)
+        if in_segment >= segment_bytes:  # this flush filled the segment: it rolled
+            rolling.append(elapsed)
+            in_segment = 0
+    plog.close()
+    fs.delete(directory, recursive=True)
+    latencies.sort()
+    return {
+        "flushes": len(latencies),
+        "rolls": len(rolling),
+        "p50_ms": latencies[len(latencies) // 2],
+        "p99_ms": latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)],
+        "max_ms": latencies[-1],
+        "rolling_max_ms": max(rolling, default=0.0),
+        "rolling_mean_ms": statistics.mean(rolling) if rolling else 0.0,
+    }
+
+
 def hsync_latency(fs: FileSystem, root: str, samples: int, size: int = 1024) -> dict[str, float]:
     handle = fs.create(f"{root}/latency-{uuid.uuid4().hex[:8]}")
     payload = os.urandom(size)
@@ -118,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hdfs-mib", type=int, default=128, help="MiB written per HDFS run (default 128)")
     parser.add_argument("--samples", type=int, default=1000, help="hsync latency samples (default 1000)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--rolls", action="store_true", help="measure flush latency across segment rolls instead")
+    parser.add_argument("--roll-segment-mib", type=int, default=4, help="segment size with --rolls (default 4)")
+    parser.add_argument("--roll-batch-kib", type=int, default=64, help="bytes per flush with --rolls (default 64)")
     args = parser.parse_args(argv)
+    if args.rolls:
+        return _main_rolls(args)
 
     batches = make_batches(8)
     results: dict[str, dict[str, float]] = {}
@@ -165,6 +210,52 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nHDFS hsync of 1 KiB writes: p50 {h['p50_ms']:.2f} ms, p99 {h['p99_ms']:.2f} ms, "
             f"{h['syncs_per_s']:.0f} syncs/s (one writer)"
+        )
+    return 0
+
+
+def _main_rolls(args: argparse.Namespace) -> int:
+    def measure(fs: FileSystem, root: str, mib: int) -> dict[str, float]:
+        return roll_latency(
+            fs,
+            root,
+            total_bytes=mib * MIB,
+            segment_bytes=args.roll_segment_mib * MIB,
+            batch_bytes=args.roll_batch_kib * 1024,
+        )
+
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="talos-bench-", dir=args.dir or ".") as scratch:
+        fs, root = open_storage(scratch)
+        results["local"] = measure(fs, root, args.mib)
+        if args.hdfs != "off":
+            cluster = None
+            url = args.hdfs
+            if url == "auto":
+                from talos.devservices import HdfsCluster
+
+                cluster = HdfsCluster(Path(scratch) / "hdfs-service")
+                print("starting a local HDFS ...", file=sys.stderr)
+                cluster.start()
+                url = f"{cluster.url}/bench"
+            try:
+                hfs, hroot = open_storage(url)
+                hfs.mkdirs(hroot)
+                results["hdfs"] = measure(hfs, hroot, args.hdfs_mib)
+                hfs.delete(hroot, recursive=True)
+            finally:
+                if cluster is not None:
+                    cluster.stop()
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"\nflush latency (ms), {args.roll_batch_kib} KiB per flush, a roll every {args.roll_segment_mib} MiB")
+    print("| storage | flushes | rolls | p50 | p99 | max | max of the rolling flushes | their mean |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        print(
+            f"| {name} | {r['flushes']:.0f} | {r['rolls']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+            f"{r['max_ms']:.2f} | {r['rolling_max_ms']:.2f} | {r['rolling_mean_ms']:.2f} |"
         )
     return 0
 

@@ -13,8 +13,20 @@ it checks after every sync that its segment path still names its file and that n
 Before writing into a newly created segment (a roll) it lists ``_epoch/`` too. A write is acknowledged
 (``flush`` returns) only if it lies inside the sealed length the next owner will read.
 
-Not thread-safe for writers: one committer calls ``append``/``flush``. Readers may call :meth:`read`
-from other threads.
+A roll keeps the partition's writes going: the flush that fills the active segment creates the next file
+``<end>.<epoch>.log``, lists ``_epoch/`` and switches to it, and a background thread closes the full one and
+renames it to its sealed name (an HDFS close waits for the last block to complete: up to ~0.5 s). Every byte
+of the old segment was synced before the switch, so whoever seals it (this thread, or a takeover that lists
+it while it still has its open name) records the same length; a rename that loses that race finds the file
+gone, which fences this writer as it always did. Until its seal is done the old segment is still served to
+readers, from memory where storage cannot read open files. At most ``SEALING_MAX`` segments seal in the
+background at a time (they hold memory on HDFS): a roll beyond that waits for the oldest, and :meth:`close`
+for all. If closing or renaming one fails, the log fails (at the next flush, roll or close) as a failed roll
+in the flush did: the next takeover seals it with lease recovery. Seals may finish in any order: a takeover
+seals whatever is still open, and every open segment holds exactly the bytes up to the next one's base.
+
+One thread at a time may append, and one (possibly another) flush, roll or close; readers may call
+:meth:`read` from any thread.
 """
 
 from __future__ import annotations
@@ -48,6 +60,10 @@ from talos import (
 __all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "scan_valid_prefix"]
 
 log = logging.getLogger("talos.log")
+
+#: Segments closing in the background at once, per log. An HDFS close takes up to ~0.5 s: a partition that
+#: fills segments faster than that waits at a roll only beyond this many.
+SEALING_MAX = 4
 
 #: Called at the named steps of the protocol; tests use it to widen race windows.
 Hook = Callable[[str], None]
@@ -96,16 +112,20 @@ def scan_valid_prefix(data: Buffer, base_offset: int) -> tuple[int, int]:
 
 
 class _ChunkBuffer:
-    """The unsealed bytes of the active segment, kept as the flushed chunks (no copy on read)."""
+    """The unsealed bytes of a segment, for filesystems that cannot read open files.
+
+    Holds the flushed batches themselves, not a copy: the log owns an appended ``bytearray`` (see
+    :meth:`PartitionLog.append`) and the server's tail cache keeps the same objects, so the bytes of the
+    active segment are in memory once."""
 
     def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-        self._starts: list[int] = []
+        self._chunks: list[Buffer] = []
+        self._starts = array("q")
         self._size = 0
 
     def append(self, data: Buffer) -> None:
         self._starts.append(self._size)
-        self._chunks.append(bytes(data))
+        self._chunks.append(data)
         self._size += len(data)
 
     def read(self, position: int, size: int) -> bytes:
@@ -114,7 +134,7 @@ class _ChunkBuffer:
         index = max(bisect.bisect_right(self._starts, position) - 1, 0)
         while position < end and index < len(self._chunks):
             chunk, start = self._chunks[index], self._starts[index]
-            out.append(chunk[position - start : end - start])
+            out.append(memoryview(chunk)[position - start : end - start])
             position = start + len(chunk)
             index += 1
         return b"".join(out)
@@ -130,6 +150,9 @@ class _Segment:
     # Sparse index: offsets[i] is the base offset of the batch at byte positions[i].
     offsets: array[int] | None = None
     positions: array[int] = field(default_factory=lambda: array("q"))
+    # Its bytes while the storage cannot serve them (open on HDFS): the active segment, and a rolled one
+    # until its background seal is done.
+    memory: _ChunkBuffer | None = None
 
     @property
     def base(self) -> int:
@@ -149,8 +172,9 @@ class PartitionLog:
         self._segments: list[_Segment] = []  # sealed, oldest first; the active one is separate
         self._active: _Segment | None = None
         self._writer: WritableFile | None = None
-        self._active_data = _ChunkBuffer()  # unsealed bytes, for filesystems that cannot read open files
         self._active_opened_ms = 0
+        self._sealing: list[threading.Thread] = []  # close and rename rolled segments, oldest first
+        self._seal_error: LogError | None = None  # why that failed, for the writer thread to fail the log
         self._pending: list[bytearray] = []
         self._next_offset = 0  # next offset to assign
         self._durable_offset = 0  # everything below is flushed and acknowledged
@@ -260,13 +284,15 @@ class PartitionLog:
         self._next_offset = self._durable_offset = segments[-1].end if segments else 0
 
     def _open_segment(self, base: int) -> None:
+        self._active, self._writer = self._create_segment(base)
+        self._active_opened_ms = self._active.mtime_ms
+
+    def _create_segment(self, base: int) -> tuple[_Segment, WritableFile]:
         name = SegmentName(base, self._epoch)
         path = self._path(name)
-        self._writer = self._fs.create(path)
-        now = int(time.time() * 1000)
-        self._active = _Segment(name, path, 0, base, now, offsets=array("q"))
-        self._active_data = _ChunkBuffer()
-        self._active_opened_ms = now
+        writer = self._fs.create(path)
+        memory = None if self._fs.reads_open_files else _ChunkBuffer()
+        return _Segment(name, path, 0, base, int(time.time() * 1000), offsets=array("q"), memory=memory), writer
 
     # ------------------------------------------------------------------ properties
 
@@ -312,8 +338,9 @@ class PartitionLog:
     def _fail(self, error: LogError) -> None:
         if self._error is None:
             self._error = error
-            self._pending.clear()
-            self._next_offset = self._durable_offset
+            with self._lock:
+                self._pending.clear()
+                self._next_offset = self._durable_offset
             if self._writer is not None:
                 with contextlib.suppress(LogError):
                     self._writer.close()
@@ -329,29 +356,42 @@ class PartitionLog:
         Returns ``(base_offset, next_offset)``. Nothing is durable (or readable) before the flush.
         A damaged batch raises :class:`talos.BatchError` and changes nothing. A ``bytearray`` is taken
         over: its base offset is patched in place and the caller must not change it afterwards.
+
+        May run while a :meth:`flush` is under way in another thread (the server appends on its event loop
+        and flushes in an I/O thread): the flush writes what was queued when it began, this batch goes into
+        the next one.
         """
         self._check()
         header: BatchHeader = verify_batch(batch) if verify else read_header(batch)
         if header.length != len(batch):
             raise CorruptBatchError(f"buffer holds {len(batch)} bytes, the batch says {header.length}")
         copy = batch if isinstance(batch, bytearray) else bytearray(batch)
-        base = self._next_offset
-        set_base_offset(copy, base)
-        self._pending.append(copy)
-        self._next_offset = base + header.record_count
+        with self._lock:
+            base = self._next_offset
+            set_base_offset(copy, base)
+            self._pending.append(copy)
+            self._next_offset = base + header.record_count
         return base, self._next_offset
 
+    @property
+    def pending(self) -> bool:
+        """Whether appended batches wait for a flush."""
+        return bool(self._pending)
+
     def flush(self) -> int:
-        """Write every queued batch as one buffer with one sync; returns the new durable offset.
+        """Write every batch queued so far as one buffer with one sync; returns the new durable offset.
 
         Raises :class:`FencedError` if a newer owner exists, :class:`StorageError` if the storage failed;
         then nothing queued is acknowledged and the log accepts no more writes.
         """
         self._check()
-        if not self._pending:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            target = self._next_offset
+        if not pending:
             return self._durable_offset
         assert self._writer is not None and self._active is not None
-        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
         try:
             self._writer.write(data)
             self._writer.sync()
@@ -361,9 +401,8 @@ class PartitionLog:
         self._step("flush:synced")
         if not self._fs.lease_fencing:
             self._check_not_fenced()
-        self._record_flushed(data)
-        if self._should_roll():
-            self.roll()
+        self._record_flushed(data, pending, target)
+        self._roll_if_due()
         return self._durable_offset
 
     def _fenced_or(self, error: LogError) -> LogError:
@@ -386,25 +425,25 @@ class PartitionLog:
             self._fail(FencedError(f"{self._dir}: a newer epoch than {self._epoch} exists"))
         self._check()
 
-    def _record_flushed(self, data: Buffer) -> None:
+    def _record_flushed(self, data: Buffer, flushed: list[bytearray], end: int) -> None:
         active = self._active
         assert active is not None and active.offsets is not None
         interval = self._config.index_interval_bytes
         position = active.length
         last_indexed = active.positions[-1] if active.positions else -interval
         with self._lock:
-            for pending in self._pending:
+            for batch in flushed:
                 if position - last_indexed >= interval:
-                    active.offsets.append(read_header(pending).base_offset)
+                    active.offsets.append(read_header(batch).base_offset)
                     active.positions.append(position)
                     last_indexed = position
-                position += len(pending)
-            if not self._fs.reads_open_files:
-                self._active_data.append(data)
+                position += len(batch)
+            if active.memory is not None:
+                for batch in flushed:  # the batches themselves: ``data`` may be a joined copy
+                    active.memory.append(batch)
             active.length = position
-            active.end = self._next_offset
-            self._durable_offset = self._next_offset
-        self._pending.clear()
+            active.end = end
+            self._durable_offset = end
 
     def _should_roll(self) -> bool:
         assert self._active is not None
@@ -413,69 +452,132 @@ class PartitionLog:
         age = int(time.time() * 1000) - self._active_opened_ms
         return self._active.length > 0 and age >= self._config.segment_ms
 
-    def maybe_roll(self) -> None:
-        """Roll the active segment if it is old enough (call periodically)."""
-        self._check()
-        if not self._pending and self._should_roll():
-            self.roll()
+    def _roll_if_due(self) -> None:
+        if self._seal_error is not None:  # the background seal of the previous segment failed
+            self._fail(self._seal_error)
+            raise self._seal_error
+        if self._should_roll():
+            self.roll(wait=False)
 
-    def roll(self) -> None:
-        """Seal the active segment and start a new one (only between flushes)."""
+    def maybe_roll(self) -> None:
+        """Roll the active segment if it is full or old enough, sealing the old one in the background. Call it
+        periodically, ordered with the flushes (the server runs it in the partition's write thread)."""
         self._check()
-        if self._pending:
-            raise LogError("roll with unflushed appends")
-        assert self._active is not None
-        if self._active.length == 0:
+        self._roll_if_due()
+
+    def roll(self, *, wait: bool = True) -> None:
+        """Start a new segment at the durable end and seal the active one (only between flushes): before
+        returning with ``wait``, else in the background (see the module docstring)."""
+        self._check()
+        self._reap_seals(keep=SEALING_MAX - 1)
+        old, old_writer = self._active, self._writer
+        assert old is not None and old_writer is not None
+        if old.length == 0:
             return
-        end = self._active.end
-        self._seal_active()
+        # Batches appended since the last flush go into the new segment: their offsets follow the active one's end.
         try:
-            self._open_segment(end)
+            segment, writer = self._create_segment(old.end)
         except (StorageError, FileExistsError) as exc:
             self._fail(self._fenced_or(StorageError(str(exc))))
             raise self._error from exc  # type: ignore[misc]
         self._step("roll:created-new")
         # A takeover that listed the directory before this file existed cannot have sealed it:
-        # the marker check is what stops this writer then (its marker precedes its listing).
+        # the marker check is what stops this writer then (its marker precedes its listing). That takeover
+        # saw the old segment, still open, and seals it: it is left to it.
         if highest_epoch(self._fs, self._dir) > self._epoch:
-            assert self._active is not None
-            path = self._active.path
             self._fail(FencedError(f"{self._dir}: a newer epoch appeared while rolling"))
-            self._fs.delete(path)
+            with contextlib.suppress(LogError):
+                writer.close()
+            self._fs.delete(segment.path)
             raise self._error  # type: ignore[misc]
+        with self._lock:
+            self._segments.append(old)  # still readable (from ``old.memory`` on HDFS) while it closes
+            self._active = segment
+        self._writer = writer
+        self._active_opened_ms = segment.mtime_ms
+        sealing = threading.Thread(
+            target=self._seal_in_background, args=(old, old_writer), name=f"talos-seal-{old.name}", daemon=True
+        )
+        sealing.start()
+        self._sealing.append(sealing)
+        if wait:
+            self.wait_for_seal()
+
+    def wait_for_seal(self) -> None:
+        """Wait until every rolled segment is sealed; if a seal failed, fail the log with that error and
+        raise it. Only in the thread that flushes."""
+        self._reap_seals(keep=0)
+
+    def _reap_seals(self, *, keep: int) -> None:
+        """Forget finished seals, wait for the oldest ones while more than ``keep`` run, and fail the log if
+        one failed."""
+        self._sealing = [thread for thread in self._sealing if thread.is_alive()]
+        while len(self._sealing) > keep:
+            self._sealing.pop(0).join()
+        if self._seal_error is not None:
+            self._fail(self._seal_error)
+            raise self._seal_error
+
+    def _seal_in_background(self, segment: _Segment, writer: WritableFile) -> None:
+        # Never touches the active writer: a failure is left for the writer thread to act on.
+        try:
+            self._seal(segment, writer)
+        except LogError as exc:
+            log.warning("%s: sealing %s failed: %s", self._dir, segment.name, exc)
+            self._seal_error = self._seal_error or exc
+        except BaseException as exc:
+            log.exception("%s: sealing %s failed", self._dir, segment.name)
+            self._seal_error = self._seal_error or StorageError(f"{self._dir}: sealing {segment.name}: {exc!r}")
+
+    def _seal(self, segment: _Segment, writer: WritableFile) -> None:
+        """Close ``segment``'s file and rename it to its sealed name (an empty one is deleted); raises
+        :class:`FencedError` if a newer owner sealed it first, :class:`StorageError` if the storage failed."""
+        sealed = segment.name.seal(segment.end, segment.length)
+        try:
+            writer.close()
+            if segment.length == 0:
+                self._fs.delete(segment.path)
+            else:
+                self._fs.rename(segment.path, self._path(sealed))
+        except FileNotFoundError:
+            raise FencedError(f"{self._dir}: {segment.name} was sealed by a newer owner") from None
+        except StorageError as exc:
+            raise self._fenced_or(exc) from exc
+        self._step("roll:sealed-old")
+        if segment.length > 0:
+            with self._lock:
+                segment.name, segment.path, segment.mtime_ms = sealed, self._path(sealed), int(time.time() * 1000)
+                segment.memory = None
 
     def _seal_active(self) -> None:
         """Close the active segment and rename it to its sealed name; the log has no active one after."""
         active, writer = self._active, self._writer
         assert active is not None and writer is not None
-        sealed = active.name.seal(active.end, active.length)
+        self._writer = None
         try:
-            self._writer = None
-            writer.close()
-            if active.length == 0:
-                self._fs.delete(active.path)
-            else:
-                self._fs.rename(active.path, self._path(sealed))
-        except FileNotFoundError:
-            self._fail(FencedError(f"{self._dir}: {active.name} was sealed by a newer owner"))
-            raise self._error from None  # type: ignore[misc]
-        except StorageError as exc:
-            self._fail(self._fenced_or(exc))
-            raise self._error from exc  # type: ignore[misc]
-        self._step("roll:sealed-old")
+            self._seal(active, writer)
+        except LogError as exc:
+            self._fail(exc)
+            raise
         with self._lock:
             self._active = None
             if active.length > 0:
-                active.name, active.path, active.mtime_ms = sealed, self._path(sealed), int(time.time() * 1000)
                 self._segments.append(active)
 
     def close(self, *, seal: bool = True) -> None:
         """Flush and stop writing. With ``seal`` the active segment is sealed, so the next owner needs
-        no lease recovery (graceful hand-off); without it, it stays open for the next takeover to seal."""
-        if self._error is None:
-            self.flush()
-            if seal:
-                self._seal_active()
+        no lease recovery (graceful hand-off); without it, it stays open for the next takeover to seal.
+        Either way a segment sealing in the background is sealed (or has failed) when this returns."""
+        try:
+            if self._error is None:
+                self.flush()
+                self.wait_for_seal()
+                if seal:
+                    self._seal_active()
+        finally:
+            sealing, self._sealing = self._sealing, []
+            for thread in sealing:  # the log failed: still, no thread of it outlives the close
+                thread.join()
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
@@ -497,6 +599,8 @@ class PartitionLog:
                 if not self._segments:
                     break
                 oldest = self._segments[0]
+                if not oldest.name.sealed:
+                    break  # still sealing in the background: its rename must find it
                 total = sum(s.length for s in self._segments) + (self._active.length if self._active else 0)
                 too_big = config.retention_bytes is not None and total > config.retention_bytes
                 too_old = config.retention_ms is not None and now_ms - oldest.mtime_ms > config.retention_ms
@@ -512,30 +616,37 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int = 1024 * 1024) -> bytes:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch),
         never past :attr:`durable_offset`. ``offset == durable_offset`` gives ``b""``."""
-        with self._lock:
-            durable = self._durable_offset
-            segments = list(self._segments)
-            active = self._active
-            start = segments[0].base if segments else (active.base if active else durable)
-            if offset == durable:
-                return b""
-            if offset < start or offset > durable:
-                raise OffsetOutOfRangeError(offset, start, durable)
-            if active is not None and offset >= active.base:
-                segment = active
-                length = active.length
-                memory = None if self._fs.reads_open_files else self._active_data
-            else:
-                bases = [s.base for s in segments]
-                segment = segments[bisect.bisect_right(bases, offset) - 1]
-                length = segment.length
-                memory = None
-        if segment.offsets is None:
-            self._build_index(segment)
-        assert segment.offsets is not None
-        slot = bisect.bisect_right(segment.offsets, offset) - 1
-        position = segment.positions[slot] if slot >= 0 else 0
-        return self._read_batches(segment, memory, position, length, offset, max_bytes)
+        for _attempt in range(200):
+            with self._lock:
+                durable = self._durable_offset
+                segments = list(self._segments)
+                active = self._active
+                start = segments[0].base if segments else (active.base if active else durable)
+                if offset == durable:
+                    return b""
+                if offset < start or offset > durable:
+                    raise OffsetOutOfRangeError(offset, start, durable)
+                if active is not None and offset >= active.base:
+                    segment = active
+                else:
+                    bases = [s.base for s in segments]
+                    segment = segments[bisect.bisect_right(bases, offset) - 1]
+                length, memory = segment.length, segment.memory
+                sealing = segment is not active and not segment.name.sealed
+            if segment.offsets is None:
+                self._build_index(segment)
+            assert segment.offsets is not None
+            slot = bisect.bisect_right(segment.offsets, offset) - 1
+            position = segment.positions[slot] if slot >= 0 else 0
+            try:
+                return self._read_batches(segment, memory, position, length, offset, max_bytes)
+            except FileNotFoundError:
+                if not sealing:
+                    raise
+                # Renamed by its background seal a moment ago (POSIX reads open files by name): read it
+                # again under its sealed name once the seal has recorded it.
+                time.sleep(0.002)
+        raise StorageError(f"{self._dir}: offset {offset} is in a segment whose seal does not finish")
 
     def durable_end_of(self, epoch: int) -> int:
         """How far the log was durable when the session of ``epoch`` ended (Swift's checkpoint of an

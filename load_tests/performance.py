@@ -10,7 +10,8 @@ JetStream and Redis Streams, measured in one run on this machine and printed as 
    behind shows it).
 2. **Single-message rate** with ``wrk`` (64 connections), durable, local disk.
 3. **Batched durable throughput**, 1 KiB messages through the SDK producer, against raw ``write`` +
-   ``fdatasync`` of ~1 MiB buffers in the same directory.
+   ``fdatasync`` of ~1 MiB buffers in the same directory; and the SDK producer with zstd on 1 KiB JSON log
+   lines: the compression ratio and MiB/s of uncompressed input.
 4. **Peers**: Redis Streams (``appendfsync always``) and NATS JetStream (``sync_interval: always``) with
    their own Python clients: 64 concurrent single-message clients, and batched 1 KiB messages.
 
@@ -44,6 +45,7 @@ from peers import Latencies, NatsJetStream, RedisStreams, closed_loop
 from fencing.bench import hsync_latency, make_batches, raw_run
 from fencing.storage import open_storage
 from talos import Admin, Producer, read_header
+from talos.cli._bench import CountingTransport, json_log_lines
 from talos.devservices import HdfsCluster, StandaloneServer
 
 MIB = 1024 * 1024
@@ -214,6 +216,7 @@ def batched_vs_raw(base: Path, megabytes: int, partitions: int, rounds: int = 3)
             producer.flush()
             sdk_seconds = time.perf_counter() - started
         stored = sum(p.latest or 0 for p in Admin(url).describe_topic(TOPIC).partition_offsets)
+        zstd = sdk_zstd_json(url, count // 4, partitions)
     per_batch = read_header(batches[0]).record_count
     expected = count + rounds * posts * per_batch
     if stored != expected:
@@ -227,6 +230,27 @@ def batched_vs_raw(base: Path, megabytes: int, partitions: int, rounds: int = 3)
         "http_msgs_s": http * MIB / len(batches[0]) * per_batch,
         "talos_mib_s": count * 1024 / MIB / sdk_seconds,
         "talos_msgs_s": count / sdk_seconds,
+        **zstd,
+    }
+
+
+def sdk_zstd_json(url: str, count: int, partitions: int) -> dict[str, float]:
+    """The SDK producer with ``compression="zstd"`` on 1 KiB JSON log lines (text-like, as logs are): the
+    ratio of value bytes to request bytes sent, and MiB/s of uncompressed input."""
+    topic = f"{TOPIC}-zstd"
+    Admin(url).create_topic(topic, partitions=partitions)
+    lines = json_log_lines(1024)
+    counting = CountingTransport()
+    with Producer(url, linger_ms=5, max_in_flight=partitions, compression="zstd", transport=counting) as producer:
+        started = time.perf_counter()
+        for n in range(count):
+            producer.send(topic, lines[n % len(lines)])
+        producer.flush()
+        seconds = time.perf_counter() - started
+    return {
+        "zstd_ratio": count * 1024 / max(counting.sent, 1),
+        "zstd_mib_s": count * 1024 / MIB / seconds,
+        "zstd_msgs_s": count / seconds,
     }
 
 
@@ -308,6 +332,9 @@ def report(
         f"{batched['http_mib_s']:.0f} | {batched['http_msgs_s']:,.0f} | **{batched['http_mib_s'] / raw:.2f}** |",
         f"| Talos SDK producer, {args.sdk_partitions} partitions | {batched['talos_mib_s']:.0f} | "
         f"{batched['talos_msgs_s']:,.0f} | **{batched['talos_mib_s'] / raw:.2f}** |",
+        f"| Talos SDK producer, zstd, JSON log lines (compression ratio **{batched['zstd_ratio']:.1f}x**; MiB/s "
+        f"of uncompressed input) | {batched['zstd_mib_s']:.0f} | {batched['zstd_msgs_s']:,.0f} | "
+        f"{batched['zstd_mib_s'] / raw:.2f} |",
         "",
         f"### Side by side: durable (each acknowledged message is on disk); single messages of {SINGLE_BYTES} B, "
         f"{CLIENTS} in flight; batched 1 KiB",

@@ -197,12 +197,13 @@ def main(argv: list[str] | None = None) -> None:
         file=sys.stderr,
         flush=True,
     )
+    app = create_asgi(config)
     uvicorn.run(
-        create_asgi(config),
+        app,
         host=config.host,
         port=config.port,
         loop="uvloop",
-        http=protocol_class(limits),
+        http=protocol_class(limits, app),
         timeout_keep_alive=config.keep_alive_timeout_s,  # type: ignore[arg-type]
         log_config=None,
         access_log=config.access_log,

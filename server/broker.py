@@ -350,6 +350,7 @@ class Broker:
         directory = partition_dir(self.root, config.name, index)
         log_config = LogConfig(
             segment_bytes=self.config.segment_bytes,
+            segment_ms=self.config.segment_ms,
             retention_ms=config.retention_ms,
             retention_bytes=config.retention_bytes,
         )
@@ -372,11 +373,18 @@ class Broker:
 
     async def maintain(self) -> None:
         """Retention and age-based rolls for every loaded partition (called periodically)."""
-        for partition in self.loaded_partitions():
-            if partition.failed:
-                continue
-            with contextlib.suppress(LogError):
-                await self._io(partition.log.enforce_retention)
+        await asyncio.gather(*(self._maintain(p) for p in self.loaded_partitions() if not p.failed))
+
+    async def _maintain(self, partition: LoadedPartition) -> None:
+        # The roll goes among the partition's flushes: onto its write thread, under the key ``partition()``
+        # gave it. It seals the old segment in the background, so it holds the next flush only for a create.
+        key = (partition.topic, partition.index, partition.log.epoch)
+        roll = asyncio.wrap_future(self.write_pool.submit(key, partition.log.maybe_roll))
+        # Behind a stuck flush it would wait as long: given up (cancelled if not started) after a flush's timeout.
+        with contextlib.suppress(LogError, TimeoutError):
+            await asyncio.wait_for(roll, self.config.flush_timeout_s)
+        with contextlib.suppress(LogError):
+            await self._io(partition.log.enforce_retention)
 
     async def _io(self, function: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)

@@ -28,6 +28,7 @@ class ServerConfig:
     max_request_bytes: int = 8 * 1024 * 1024
     tail_cache_bytes: int = 256 * 1024 * 1024  # recent batches kept in memory, shared by all partitions
     segment_bytes: int = 128 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000  # a partition's active segment is sealed at this age, even if idle
     default_partitions: int = 1
     max_wait_ms: int = 30_000  # upper bound of a long poll
     io_threads: int = 8  # partition writes (append + flush): a partition's work stays on one thread
@@ -66,6 +67,9 @@ class ServerConfig:
     max_header_bytes: int = 32 * 1024  # a larger request head gets 431
     log_level: str = "info"
     access_log: bool = False
+    # Python's young-generation GC runs after this many allocations (Python's default: 700); fewer, larger
+    # collections cut the produce p99 (docs/performance.md, "Latency tail"). 0 leaves Python's setting.
+    gc_threshold: int = 700
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).
     zk: str = ""  # HOST:PORT[,HOST:PORT...][/chroot]
     server_id: str = ""  # stable across restarts (delayed reassignment counts on it); default host-port

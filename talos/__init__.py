@@ -55,7 +55,7 @@ from talos._errors import (
     TruncatedBatchError,
     UnavailableError,
 )
-from talos._futures import RecordFuture
+from talos._futures import RecordFuture, RecordsFuture
 from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
 from talos._producer import AsyncProducer, Producer, ProducerClosedError
 from talos._transport import AiohttpTransport, AsyncFunctionTransport, FunctionTransport, Response, Urllib3Transport
@@ -96,6 +96,7 @@ __all__ = [
     "Record",
     "RecordData",
     "RecordFuture",
+    "RecordsFuture",
     "RecordMetadata",
     "Response",
     "TalosError",

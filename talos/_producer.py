@@ -14,18 +14,28 @@ import logging
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import orjson
 
-from talos._accumulator import Accumulator, PendingBatch, RecordMetadata, choose_partition
+from talos._accumulator import (
+    Accumulator,
+    PendingBatch,
+    RecordMetadata,
+    any_partition,
+    choose_partition,
+    record_sizes,
+)
 from talos._admin import DEFAULT_URL
 from talos._clients import Asynchronous, Blocking, ClientBase, operation
-from talos._codec import RecordData, encode_batch
+from talos._codec import RecordData, build_batch
+from talos._compression import codec_named
 from talos._errors import ApiError, NotFoundError, ProducerFencedError, TalosError, TransportError
-from talos._futures import BatchOutcome, RecordFuture
+from talos._futures import BatchOutcome, ManyOutcome, RecordFuture, RecordsFuture
+from talos._partitioning import partition_for_key
 from talos._routing import RouteTable, refresh_steps
 from talos._steps import Request, Steps, http, pause
 from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
@@ -55,6 +65,152 @@ def _record(value: bytes | str | None, key: bytes | str | None, headers: Headers
     else:
         pairs = [(k, as_bytes(v)) for k, v in headers]
     return RecordData(as_bytes(value), as_bytes(key), pairs, timestamp)
+
+
+ManyRecords = Iterable[bytes | str | tuple[bytes | str | None, bytes | str | None] | RecordData | None]
+
+
+def _as_bytes(data: object) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    if isinstance(data, bytes):
+        return bytes(data)
+    raise TypeError(f"send_many takes keys and values of bytes, str or None, not {type(data).__name__}")
+
+
+@dataclass(slots=True)
+class _Group:
+    """Records of one ``send_many`` call bound for one partition (None: the topic's sticky partition, moved on
+    as batches fill), in the order given; ``positions`` are their places in the call's list."""
+
+    partition: int | None
+    positions: Sequence[int]
+    values: list[bytes | None]  # with keys (None: no key) and sizes, encoded without an object per record
+    keys: list[bytes | None] | None = None
+    sizes: list[int] | None = None
+    records: list[RecordData] | None = None  # instead: records with headers or timestamps, queued one by one
+
+
+def _plain(items: list[Any]) -> tuple[list[bytes | None] | None, list[bytes | None]] | None:
+    """``send_many``'s records as (keys, or None when none has one; values); None when one has headers or a
+    timestamp."""
+    if set(map(type, items)) <= {bytes}:  # values only: nothing to do per record
+        return None, items
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    for item in items:
+        if isinstance(item, RecordData):
+            if item.headers or item.timestamp is not None:
+                return None
+            key, value = item.key, item.value
+        elif isinstance(item, tuple):
+            key, value = item
+        else:
+            key, value = None, item
+        keys.append(_as_bytes(key))
+        values.append(_as_bytes(value))
+    return (keys if any(key is not None for key in keys) else None), values
+
+
+def _as_record(item: Any) -> RecordData:
+    if isinstance(item, RecordData):
+        return item
+    if isinstance(item, tuple):
+        key, value = item
+        return RecordData(_as_bytes(value), _as_bytes(key))
+    return RecordData(_as_bytes(item))
+
+
+def _plan_many(items: list[Any], partition: int | None, partitions: int, topic: str) -> list[_Group]:
+    """Where ``send_many``'s records go (pure; the per-record work is done here, before any lock): all to
+    ``partition``; else, when none has a key, to the topic's sticky partition; else each keyed record to its
+    key's partition and the others together to one partition, so that each partition gets its records in the
+    order given."""
+    if partition is not None:
+        choose_partition(None, partition, partitions, {}, topic)  # refuses a partition the topic does not have
+    plain = _plain(items)
+    everything = range(len(items))
+    if plain is None:
+        records = [_as_record(item) for item in items]
+        if partition is not None or all(record.key is None for record in records):
+            return [_Group(partition, everything, [], records=records)]
+        unkeyed = any_partition(partitions)
+        targets = [unkeyed if r.key is None else partition_for_key(r.key, partitions) for r in records]
+        return [
+            _Group(target, positions, [], records=[records[i] for i in positions])
+            for target, positions in _positions_by_partition(targets).items()
+        ]
+    keys, values = plain
+    if keys is None or partition is not None:
+        return [_Group(partition, everything, values, keys, record_sizes(keys, values))]
+    unkeyed = any_partition(partitions)
+    targets = [unkeyed if key is None else partition_for_key(key, partitions) for key in keys]
+    groups = []
+    for target, positions in _positions_by_partition(targets).items():
+        group_keys, group_values = [keys[i] for i in positions], [values[i] for i in positions]
+        groups.append(_Group(target, positions, group_values, group_keys, record_sizes(group_keys, group_values)))
+    return groups
+
+
+def _positions_by_partition(targets: list[int]) -> dict[int, list[int]]:
+    grouped: dict[int, list[int]] = {}
+    for position, target in enumerate(targets):
+        grouped.setdefault(target, []).append(position)
+    return grouped
+
+
+def _queue_many(
+    producer: _Producer[Any, Any], topic: str, partitions: int, groups: list[_Group], outcome: ManyOutcome
+) -> Iterator[None]:
+    """Queue planned records into the accumulator, each batch they reach told to answer ``outcome``. Yields
+    whenever ``buffer_bytes`` are queued: the twin waits for room (the blocking one releasing its lock), then
+    goes on."""
+    acc: Accumulator[Any] = producer._acc
+    for group in groups:
+        if group.records is not None:
+            yield from _queue_records(producer, topic, partitions, group, outcome)
+            continue
+        assert group.sizes is not None
+        start, count = 0, len(group.values)
+        while start < count:
+            while acc.buffered_bytes >= producer._buffer_bytes:
+                yield
+            target = group.partition
+            if target is None:
+                target = choose_partition(None, None, partitions, producer._sticky, topic)
+            batch, first, end = acc.add_values(
+                topic, target, group.keys, group.values, group.sizes, start, time.monotonic()
+            )
+            outcome.expect()
+            batch.waiters.append((outcome, first, group.positions[start:end]))
+            if group.partition is None and end < count:  # a full batch: the next records go to another partition
+                producer._sticky[topic] = (target + 1) % partitions
+            start = end
+
+
+def _queue_records(
+    producer: _Producer[Any, Any], topic: str, partitions: int, group: _Group, outcome: ManyOutcome
+) -> Iterator[None]:
+    """:func:`_queue_many` for records with headers or timestamps: one by one, as ``send`` queues them."""
+    assert group.records is not None
+    acc: Accumulator[Any] = producer._acc
+    last: PendingBatch[Any] | None = None
+    first = 0
+    positions: list[int] = []
+    for record, position in zip(group.records, group.positions, strict=True):
+        while acc.buffered_bytes >= producer._buffer_bytes:
+            yield
+        target = choose_partition(record.key, group.partition, partitions, producer._sticky, topic)
+        batch = acc.add(topic, target, record, time.monotonic())
+        index = batch.count - 1
+        if batch is last and index == first + len(positions):
+            positions.append(position)
+            continue
+        last, first, positions = batch, index, [position]
+        outcome.expect()
+        batch.waiters.append((outcome, index, positions))
 
 
 def _path(topic: str, partition: int) -> str:
@@ -94,7 +250,7 @@ class Idempotence:
             key = (batch.topic, batch.partition)
             batch.sequence = self.next.get(key, 0)
             batch.epoch = self.epoch
-            self.next[key] = (batch.sequence + len(batch.records)) % (2**31)
+            self.next[key] = (batch.sequence + batch.count) % (2**31)
         return {"producer_id": self.producer_id, "producer_epoch": batch.epoch, "base_sequence": batch.sequence}
 
     def restart(self, epoch: int) -> None:
@@ -112,10 +268,11 @@ def _produce_request(producer: _Producer[Any, Any], batch: PendingBatch[Any]) ->
     """Keyword arguments of the transport call that sends ``batch`` (both twins)."""
     base, route_headers = producer._routes.target(batch.topic, batch.partition)
     producer_fields = producer._idempotence.fields(batch) if producer._idempotence is not None else {}
+    body, first, largest = batch.section()
     return {
         "url": base + _path(batch.topic, batch.partition),
         "params": _params_for(producer, batch),
-        "body": encode_batch(batch.records, **producer_fields),
+        "body": build_batch(body, batch.count, first, largest, compression=producer._compression, **producer_fields),
         "headers": {**_BATCH_HEADERS, **route_headers} if route_headers else _BATCH_HEADERS,
         "timeout": producer._request_timeout_s,
     }
@@ -134,7 +291,7 @@ def _retry_delay(producer: _Producer[Any, Any], batch: PendingBatch[Any], error:
         if error is not None:
             log.warning(
                 "giving up on %d record(s) for %s/%d after %d attempt(s) in %.1fs: %r",
-                len(batch.records),
+                batch.count,
                 batch.topic,
                 batch.partition,
                 batch.attempts + 1,
@@ -259,6 +416,7 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
 
     _transport: AnyTransport
     _epoch_lock: contextlib.AbstractContextManager[Any]  # held while a new epoch is asked for
+    _acc: Accumulator[Any]  # the twin's, made by _begin
 
     def __init__(
         self,
@@ -278,11 +436,13 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         producer_epoch: int | None = None,
         transport: AnyTransport | None = None,
         token: str | None = None,
+        compression: str = "none",
     ) -> None:
         if acks not in ("durable", "accepted"):
             raise ValueError("acks must be 'durable' or 'accepted'")
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
+        self._compression = codec_named(compression)  # of every batch's records, once built
         self.url = url.rstrip("/")
         self._transport = self._connect(transport, token, request_timeout_s, max_in_flight * 2)
         self._routes = RouteTable(self.url, direct=route_to_owner)
@@ -330,14 +490,27 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         """Queue one record. The blocking producer returns a :class:`RecordFuture` at once (it has the calls
         of ``concurrent.futures.Future``: ``result()``, ``exception()``, ``done()``, ``add_done_callback()``);
         ``await`` the asyncio one's ``send`` for an ``asyncio.Future``. Either gives the record's
-        :class:`RecordMetadata` once stored (or the error)."""
-        if headers or isinstance(value, str) or isinstance(key, str):
-            return self._queue(topic, _record(value, key, headers, timestamp), partition)
-        return self._queue(topic, RecordData(value, key, (), timestamp), partition)  # the hot path: no conversion
+        :class:`RecordMetadata` once stored (or the error). ``timestamp``: ms since the epoch (default: the
+        time its batch was opened)."""
+        if isinstance(value, str):
+            value = value.encode()
+        if isinstance(key, str):
+            key = key.encode()
+        if (
+            headers
+            or timestamp is not None
+            or (value is not None and type(value) is not bytes)
+            or (key is not None and type(key) is not bytes)
+        ):  # (other types than bytes are left to the encoder, in the sender, as they always were)
+            return self._queue(topic, partition, key, None, _record(value, key, headers, timestamp))
+        return self._queue(topic, partition, key, value, None)  # the hot path: no object for the record
 
     @abstractmethod
-    def _queue(self, topic: str, record: RecordData, partition: int | None) -> Queued:
-        """Put ``record`` into the twin's accumulator."""
+    def _queue(
+        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None, record: RecordData | None
+    ) -> Queued:
+        """Put a record into the twin's accumulator: ``record`` when it has headers or a timestamp, else ``key``
+        and ``value``."""
 
 
 class Producer(Blocking, _Producer[Transport, RecordFuture]):
@@ -357,14 +530,16 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
     :class:`ProducerFencedError`. ``route_to_owner=False`` sends everything
     to ``url`` (which forwards) instead of straight to each partition's owner. ``token=`` is the bearer
     token for servers with auth on (default: ``TALOS_TOKEN``); over a quota, batches wait what the 429
-    says and go again.
+    says and go again. ``compression=`` ("gzip", "snappy", "lz4" or "zstd"; default "none") compresses each
+    batch's records as Kafka does; consumers decompress them.
     """
 
     def _begin(self) -> None:
         if self._idempotent:
             self._idempotence = self._run(_register(self.url, self._producer_id, self._producer_epoch))
         self._acc: Accumulator[None] = Accumulator(batch_bytes=self._batch_bytes, linger_s=self._linger_s)
-        self._cond = threading.Condition()
+        self._mutex = threading.RLock()  # what `with self._cond` takes, without Condition's Python-level calls
+        self._cond = threading.Condition(self._mutex)
         self._epoch_lock = self._cond
         self._pool = concurrent.futures.ThreadPoolExecutor(self._max_in_flight, thread_name_prefix="talos-send")
         self._sender = threading.Thread(target=self._run_sender, name="talos-producer", daemon=True)
@@ -395,22 +570,56 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
                 raise TimeoutError("wait_durable timed out")
             time.sleep(0.01)
 
-    def _queue(self, topic: str, record: RecordData, partition: int | None) -> RecordFuture:
+    def _queue(
+        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None, record: RecordData | None
+    ) -> RecordFuture:
         count = self._partitions.get(topic) or self.partitions_for(topic)
-        with self._cond:
+        with self._mutex:
             if self._closed:
                 raise ProducerClosedError("the producer is closed")
             while self._acc.buffered_bytes >= self._buffer_bytes:  # back-pressure: wait for room
                 self._cond.wait(0.1)
-            chosen = choose_partition(record.key, partition, count, self._sticky, topic)
-            batch = self._acc.add(topic, chosen, record, time.monotonic())
+            chosen = choose_partition(key, partition, count, self._sticky, topic)
+            if record is None:
+                batch = self._acc.add_value(topic, chosen, key, value, time.monotonic())
+            else:
+                batch = self._acc.add(topic, chosen, record, time.monotonic())
             if batch.outcome is None:
                 batch.outcome = BatchOutcome(topic, chosen)
                 self._cond.notify()  # a new batch: the sender starts its linger clock
             elif batch.size >= self._acc.batch_bytes:
                 self._cond.notify()  # full: send now
             assert isinstance(batch.outcome, BatchOutcome)
-            return RecordFuture(batch.outcome, len(batch.records) - 1)
+            return RecordFuture(batch.outcome, batch.count - 1)
+
+    def send_many(self, topic: str, records: ManyRecords, *, partition: int | None = None) -> RecordsFuture:
+        """Queue many records at once; returns one :class:`RecordsFuture` for them all, whose ``result()`` is
+        the list of their :class:`RecordMetadata` in the order given once every record is stored, or raises
+        the error of the first record (in that order) that was not (the others may have been stored).
+
+        ``records`` is an iterable of values (``bytes``, ``str`` or None), of ``(key, value)`` pairs, or of
+        :class:`RecordData` (for headers or a timestamp), mixed as you like. They go to ``partition``; else
+        keyed records to their key's partition, as ``send`` puts them; records without a key to the topic's
+        sticky partition, which moves on whenever a batch fills (or, in a call that also has keyed records,
+        all to one partition). Each partition gets its records in the order given. Records without headers or
+        a timestamp (the common case) are encoded straight into their batch, without an object per record:
+        several times the records per second of a ``send`` loop. Waits while ``buffer_bytes`` are queued, as
+        ``send`` does."""
+        items = records if isinstance(records, list) else list(records)
+        count = self._partitions.get(topic) or self.partitions_for(topic)
+        groups = _plan_many(items, partition, count, topic)
+        future = RecordsFuture(topic, len(items))
+        with self._mutex:
+            if self._closed:
+                raise ProducerClosedError("the producer is closed")
+            for _ in _queue_many(self, topic, count, groups, future.outcome):  # the buffer is full: wait for room
+                self._cond.notify_all()
+                self._cond.wait(0.1)
+                if self._closed:
+                    raise ProducerClosedError("the producer was closed while send_many waited for room")
+            self._cond.notify_all()  # the sender: new or full batches
+        future.outcome.release()
+        return future
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every record sent so far is acknowledged or failed."""
@@ -466,11 +675,15 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
 
 
 def _settle(batch: PendingBatch[Any], base: int, error: BaseException | None) -> None:
-    """Answer every record of the batch: the sync producer's shared outcome, or the async one's futures."""
+    """Answer every record of the batch: send_many's calls, then the sync producer's shared outcome, or the
+    async one's futures."""
+    waiters, batch.waiters = batch.waiters, []
+    for outcome, first, positions in waiters:
+        outcome.settle(batch.partition, base + first if base >= 0 else -1, positions, error)
     if isinstance(batch.outcome, BatchOutcome):
         batch.outcome.resolve(base, error)
         return
-    for index, future in enumerate(batch.futures):
+    for index, future in batch.futures:
         if future.done():
             continue
         if error is not None:
@@ -541,7 +754,9 @@ class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, 
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
-    async def _queue(self, topic: str, record: RecordData, partition: int | None) -> asyncio.Future[RecordMetadata]:
+    async def _queue(
+        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None, record: RecordData | None
+    ) -> asyncio.Future[RecordMetadata]:
         if self._closed:
             raise ProducerClosedError("the producer is closed")
         count = await self.partitions_for(topic)
@@ -551,13 +766,53 @@ class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, 
             self._room.clear()
             await self._room.wait()
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        chosen = choose_partition(record.key, partition, count, self._sticky, topic)
-        self._acc.add(topic, chosen, record, time.monotonic()).futures.append(future)
+        chosen = choose_partition(key, partition, count, self._sticky, topic)
+        if record is None:
+            batch = self._acc.add_value(topic, chosen, key, value, time.monotonic())
+        else:
+            batch = self._acc.add(topic, chosen, record, time.monotonic())
+        batch.futures.append((batch.count - 1, future))
+        self._wake_sender()
+        return future
+
+    async def send_many(
+        self, topic: str, records: ManyRecords, *, partition: int | None = None
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """The asyncio twin of :meth:`Producer.send_many`: ``await`` it for an ``asyncio.Future`` of the list of
+        the records' :class:`RecordMetadata` (or the first record's error)."""
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        items = records if isinstance(records, list) else list(records)
+        count = await self.partitions_for(topic)
+        if self._idempotent and self._idempotence is None:
+            self._idempotence = await self._run(_register(self.url, self._producer_id, self._producer_epoch))
+        groups = _plan_many(items, partition, count, topic)
+        future: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
+
+        def finish(outcome: ManyOutcome) -> None:
+            if future.done():
+                return
+            if outcome.error is not None:
+                future.set_exception(outcome.error)
+            else:
+                future.set_result(outcome.metadata())
+
+        outcome = ManyOutcome(topic, len(items), finish)
+        for _ in _queue_many(self, topic, count, groups, outcome):  # the buffer is full: wait for room
+            self._wake_sender()
+            self._room.clear()
+            await self._room.wait()
+            if self._closed:
+                raise ProducerClosedError("the producer was closed while send_many waited for room")
+        self._wake_sender()
+        outcome.release()
+        return future
+
+    def _wake_sender(self) -> None:
         if self._runner is None:
             self._runner = asyncio.get_running_loop().create_task(self._run_sender())
         self._idle.clear()
         self._wake.set()
-        return future
 
     async def flush(self) -> None:
         self._flushing += 1

@@ -187,6 +187,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
+        if config.gc_threshold > 0:
+            gc.set_threshold(config.gc_threshold, *gc.get_threshold()[1:])
         if broker.cluster is not None:
             log.info("server %s at %s: storage %s, zk %s", config.member_id, config.url, config.storage, config.zk)
         else:

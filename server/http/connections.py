@@ -22,12 +22,15 @@ import resource
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from server.config import ServerConfig
 from server.errors import ApiError, error_body
+from server.http.fastpath import FastPath, route
+from server.http.hot_cycle import HotCycle
 
 __all__ = [
     "AUTO_MAX_CONNECTIONS",
@@ -141,6 +144,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits above (set per server by :func:`protocol_class`)."""
 
     limits: ClassVar[ConnectionLimits]
+    fast: ClassVar[FastPath | None] = None  # the hot endpoints, answered without ASGI (``server.http.hot_cycle``)
     _last_refusal_log: ClassVar[float] = 0.0
     _refused: ClassVar[int] = 0
 
@@ -193,11 +197,54 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._phase = _BODY
         self._head_bytes = 0
         self._body_started = self._body_progress = self.loop.time()
-        super().on_headers_complete()
+        if not self._start_hot():
+            super().on_headers_complete()
         self._requests += 1
         limit = self.limits.max_requests_per_connection
         if limit and self._requests >= limit and self.cycle is not None:
             self.cycle.keep_alive = False
+
+    def _start_hot(self) -> bool:
+        """Start a hot endpoint's request as a :class:`HotCycle` (no ASGI); False for anything else, which uvicorn
+        hands to the ASGI app as usual."""
+        fast = self.fast
+        if fast is None or b"%" in self.url or self.parser.should_upgrade():
+            return False
+        method = self.parser.get_method().decode("ascii")
+        parsed = httptools.parse_url(self.url)
+        path = parsed.path.decode("ascii")
+        hot = route(method, path)
+        if hot is None:
+            return False
+        http_version = self.parser.get_http_version()
+        scope = self.scope
+        scope["method"] = method
+        scope["path"] = path
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        existing = self.cycle
+        self.cycle = HotCycle(
+            fast,
+            hot,
+            parsed.query or b"",
+            scope=scope,
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
+            on_response=self.on_response_complete,
+        )
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(self.cycle, self.app)
+        else:  # pipelined behind a request still being answered: in turn, as uvicorn does
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, self.app))
+        return True
 
     def on_body(self, body: bytes) -> None:
         self._body_progress = self.loop.time()
@@ -274,11 +321,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             cls._refused = 0
 
 
-def protocol_class(limits: ConnectionLimits) -> type[GuardedHttpProtocol]:
-    """The protocol class to give uvicorn as ``http=``, with these limits."""
+def protocol_class(limits: ConnectionLimits, fast: FastPath | None = None) -> type[GuardedHttpProtocol]:
+    """The protocol class to give uvicorn as ``http=``, with these limits; with ``fast`` (the app uvicorn runs), the
+    hot endpoints are answered without ASGI."""
 
     class Configured(GuardedHttpProtocol):
         pass
 
     Configured.limits = limits
+    Configured.fast = fast
     return Configured

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -22,7 +23,16 @@ from server.http.reply import Reply
 from server.security.access import Principal
 from server.usage.meter import TENANT_HEADER
 
-__all__ = ["FastPath", "PUBLIC_PATHS", "authorize_message", "read_body"]
+__all__ = [
+    "PUBLIC_PATHS",
+    "BodyReader",
+    "FastPath",
+    "Route",
+    "authorize_message",
+    "check_declared_length",
+    "read_body",
+    "route",
+]
 
 # Answered without a token: probes, metrics, the API's documentation, and the portal (its own sign-in).
 PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/portal", "/favicon.ico")
@@ -42,8 +52,7 @@ def _error(error: ApiError) -> Reply:
 
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
     """The whole request body, refusing (413) more than ``limit`` bytes before reading them all."""
-    if declared is not None and _is_length(declared) and (len(declared) > 18 or int(declared) > limit):
-        raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {declared} bytes; the limit is {limit}")
+    check_declared_length(limit, declared)
     chunks = []
     size = 0
     while True:
@@ -57,6 +66,12 @@ async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def check_declared_length(limit: int, declared: str | None) -> None:
+    """413 if the request's content-length says its body is over ``limit`` (before a byte of it is read)."""
+    if declared is not None and _is_length(declared) and (len(declared) > 18 or int(declared) > limit):
+        raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {declared} bytes; the limit is {limit}")
 
 
 def _is_length(header: str) -> bool:
@@ -85,7 +100,45 @@ def _public(path: str) -> bool:
 _TENANT_HEADER_RAW = TENANT_HEADER.encode()
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A request of one of the hot endpoints."""
+
+    kind: str  # produce | fetch | offsets
+    topic: str
+    partition: int | None  # None: produce to the topic (the server picks partitions)
+
+
+def route(method: str, path: str) -> Route | None:
+    """The hot endpoint ``method path`` asks for, or None (FastAPI answers it, errors included)."""
+    parts = path.split("/")
+    # ['', 'v1', 'topics', T, 'messages'] or ['', 'v1', 'topics', T, 'partitions', P, 'messages'|'offsets']
+    if len(parts) == 5 and parts[1] == "v1" and parts[2] == "topics" and parts[4] == "messages" and method == "POST":
+        return Route("produce", parts[3], None)
+    if (
+        len(parts) == 7
+        and parts[1] == "v1"
+        and parts[2] == "topics"
+        and parts[4] == "partitions"
+        and _is_index(parts[5])
+        and parts[6] in ("messages", "offsets")
+    ):
+        if parts[6] == "offsets":
+            kind = "offsets" if method == "GET" else ""
+        else:
+            kind = "produce" if method == "POST" else "fetch" if method == "GET" else ""
+        return Route(kind, parts[3], int(parts[5])) if kind else None
+    return None
+
+
+#: Reads a hot request's body: ``(limit, declared content-length) -> body``, 413 (:class:`ApiError`) over the limit.
+BodyReader = Callable[[int, str | None], Awaitable[bytes]]
+
+
 class FastPath:
+    """The ASGI app the server runs: the hot endpoints answered here, everything else handed to FastAPI. The
+    server's HTTP protocol (``server.http.connections``) calls :meth:`answer` itself, without ASGI."""
+
     def __init__(self, app: ASGIApp, broker: Callable[[], Broker]) -> None:
         self.app = app
         self._broker = broker
@@ -98,65 +151,51 @@ class FastPath:
             await self._pass_on(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            principal = await self._authenticate(headers)
-        except ApiError as exc:
-            await _send(send, _error(exc))
-            return
-        parts = scope["path"].split("/")
-        # ['', 'v1', 'topics', T, 'messages'] or ['', 'v1', 'topics', T, 'partitions', P, 'messages'|'offsets']
-        method = scope["method"]
-        if (
-            len(parts) == 5
-            and parts[1] == "v1"
-            and parts[2] == "topics"
-            and parts[4] == "messages"
-            and method == "POST"
-        ):
-            kind, topic, partition = "produce", parts[3], None
-        elif (
-            len(parts) == 7
-            and parts[1] == "v1"
-            and parts[2] == "topics"
-            and parts[4] == "partitions"
-            and _is_index(parts[5])
-            and parts[6] in ("messages", "offsets")
-        ):
-            topic, partition = parts[3], int(parts[5])
-            if parts[6] == "offsets":
-                kind = "offsets" if method == "GET" else ""
-            else:
-                kind = {"POST": "produce", "GET": "fetch"}.get(method, "")
-        else:
-            kind = ""
-        if not kind:
+        hot = route(scope["method"], scope["path"])
+        if hot is None:
+            try:
+                principal = await self._authenticate(headers)
+            except ApiError as exc:
+                await _send(send, _error(exc))
+                return
             _for_routes(scope, principal)
             await self._pass_on(scope, receive, send)
             return
-        raw_query = scope["query_string"]
-        query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
+
+        async def body(limit: int, declared: str | None) -> bytes:
+            return await read_body(receive, limit, declared)
+
         try:
-            broker = self._broker()
-            authorize_message(broker, principal, topic, kind)
-            if kind == "produce":
-                body = await read_body(receive, broker.config.max_request_bytes, headers.get("content-length"))
-                reply = await messages.produce(broker, topic, partition, headers, query, body)
-            elif kind == "fetch":
-                assert partition is not None
-                reply = await messages.fetch(broker, topic, partition, headers, query)
-            else:
-                assert partition is not None
-                reply = await messages.offsets(broker, topic, partition, headers, query)
-        except ApiError as exc:
-            reply = _error(exc)
-        except OffsetOutOfRangeError as exc:
-            reply = _error(out_of_range(exc))
+            reply = await self.answer(hot, headers, scope["query_string"], body)
         except ConnectionResetError:
             return
+        await _send(send, reply)
+
+    async def answer(self, hot: Route, headers: dict[str, str], raw_query: bytes, body: BodyReader) -> Reply:
+        """Authenticate, authorize and answer a hot request (``headers``: lower-case names; changed in place).
+        Raises :class:`ConnectionResetError` if the client went away while its body was read."""
+        query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
+        topic, partition = hot.topic, hot.partition
+        try:
+            principal = await self._authenticate(headers)
+            broker = self._broker()
+            authorize_message(broker, principal, topic, hot.kind)
+            if hot.kind == "produce":
+                data = await body(broker.config.max_request_bytes, headers.get("content-length"))
+                return await messages.produce(broker, topic, partition, headers, query, data)
+            assert partition is not None
+            if hot.kind == "fetch":
+                return await messages.fetch(broker, topic, partition, headers, query)
+            return await messages.offsets(broker, topic, partition, headers, query)
+        except ApiError as exc:
+            return _error(exc)
+        except OffsetOutOfRangeError as exc:
+            return _error(out_of_range(exc))
+        except ConnectionResetError:
+            raise
         except Exception as exc:
             log.exception("unexpected error")
-            reply = _error(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
-        await _send(send, reply)
+            return _error(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
 
     async def _pass_on(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Hand the request to FastAPI with its body read first, refusing (413) one over

@@ -1,14 +1,16 @@
 """One loaded partition: the group committer, the tail cache and long-poll wake-ups.
 
-Group commit: produce requests queue on the partition; one commit task at a time takes *every* queued
-request, appends them to the log and flushes once (in an I/O thread), then answers each with its own
-offsets or all with the same error. With group commit off, each request gets its own flush.
+Group commit: a produce request gets its offsets at once, on the event loop (the producer check, a copy into
+the log's pending buffer), and waits on the future of the *group* it joined; one commit task at a time flushes
+a group (one write and one sync of everything appended so far, in an I/O thread) and answers the whole group
+with one result, while the next requests gather in the next group. With group commit off, each request is
+appended only when the previous one's flush is done, and flushed alone.
 
 Fencing idempotent producers: a partition refuses an epoch older than the newest it knows of the producer.
 It learns the newest from the producer's batches, from a *fence* (:meth:`LoadedPartition.fence`, which a new
 instance sends to every partition it may write before it starts), and, the first time a producer writes
 here after a load, from the allocator itself (``epochs``): a load forgets the fences, not the allocator. A
-fence goes through the same queue as the writes and returns only after a flush and a check that this load
+fence joins a group like the writes and returns only after that group's flush and a check that this load
 still owns the partition, so every write it did not refuse is durable, and readable, when it returns.
 """
 
@@ -18,7 +20,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
@@ -26,7 +28,7 @@ from server import metrics
 from server.errors import ApiError
 from server.partition.producers import Duplicate, ProducerStates
 from server.partition.tailcache import PartitionTail
-from talos import HEADER_SIZE, BatchError, decode_records, iter_batches, read_header
+from talos import HEADER_SIZE, BatchError, BatchHeader, CorruptBatchError, decode_records, iter_batches, read_header
 
 log = logging.getLogger("talos.server")
 
@@ -77,17 +79,16 @@ class Epochs(Protocol):
         """The producer's current epoch if newer than ``epoch``. Does I/O."""
 
 
-@dataclass(eq=False)
-class _Request:
-    batch: bytearray
-    durable: bool
-    future: asyncio.Future[ProduceResult]
-    verify: bool = True  # False for batches the server encoded itself (the JSON path): no second CRC pass
-    offsets: tuple[int, int] | None = None
-    error: Exception | None = field(default=None)
-    duplicate: bool = False
-    fence: tuple[int, int] | None = None  # (producer id, epoch): a fence, not a batch
-    newest_epoch: int | None = None  # the allocator's newest epoch of the batch's producer, if newer
+class _Group:
+    """The writes waiting for one flush, and the one future that flush answers (its durable offset)."""
+
+    __slots__ = ("check_owner", "future", "stored")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[int] = loop.create_future()
+        self.future.add_done_callback(_retrieve)  # every waiter may have gone (clients that disconnected)
+        self.stored: list[tuple[int, int, bytearray]] = []  # (base, next, batch): for the tail cache once durable
+        self.check_owner = False  # a fence waits on it: ask the storage after the flush whether we still own it
 
 
 def as_api_error(error: Exception) -> ApiError:
@@ -140,9 +141,9 @@ class LoadedPartition:
         self._writes = writes
         self._reads = reads
         self._group_commit = group_commit
-        self._queue: list[_Request] = []
-        self._committing = False
+        self._group: _Group | None = None  # the writes appended since the running flush began
         self._commit_task: asyncio.Task[None] | None = None
+        self._one_at_a_time = asyncio.Lock()  # group commit off: one request per flush
         self._data = asyncio.Event()  # replaced after every commit: long polls wait on it
         self.flushes = 0
         self.loaded_at = time.monotonic()
@@ -159,121 +160,108 @@ class LoadedPartition:
     # ---------------------------------------------------------------- produce
 
     async def produce(self, batch: bytearray, *, durable: bool = True, verify: bool = True) -> ProduceResult:
-        loop = asyncio.get_running_loop()
-        request = _Request(batch, durable, loop.create_future(), verify)
-        if self._epochs is not None and len(batch) >= HEADER_SIZE:
-            header = read_header(batch)
-            if header.producer_id >= 0 and header.producer_id not in self._verified:
-                # Asked before the batch queues (on the read pool: never inside a flush), applied in order
-                # by the write thread, so a fence queued meanwhile still counts.
-                request.newest_epoch = await loop.run_in_executor(
-                    self._reads, self._newest_epoch, header.producer_id, header.producer_epoch
-                )
-        self._queue.append(request)
-        if not self._committing:
-            self._committing = True
-            self._commit_task = loop.create_task(self._commit_loop())
-        return await request.future
+        """Store one batch: offsets are assigned here, on the event loop (a header read, the producer check and
+        a copy into the log's pending buffer); only the flush of the whole group goes to an I/O thread."""
+        if len(batch) < HEADER_SIZE:
+            raise as_api_error(CorruptBatchError(f"{len(batch)} bytes cannot hold a batch header"))
+        header = read_header(batch, whole=False)
+        if self._epochs is not None and header.producer_id >= 0 and header.producer_id not in self._verified:
+            # Asked on the read pool (never inside a flush); a fence that arrives meanwhile still counts.
+            newest = await asyncio.get_running_loop().run_in_executor(
+                self._reads, self._newest_epoch, header.producer_id, header.producer_epoch
+            )
+            if newest is not None:
+                self.producers.fence(header.producer_id, newest)
+            self._verified.add(header.producer_id)
+        if not self._group_commit:
+            async with self._one_at_a_time:  # each request its own flush: appended only when its turn comes
+                return await self._store(header, batch, durable, verify)
+        return await self._store(header, batch, durable, verify)
+
+    async def _store(self, header: BatchHeader, batch: bytearray, durable: bool, verify: bool) -> ProduceResult:
+        if self.abandoned is not None:
+            raise as_api_error(self.abandoned)
+        try:
+            verdict = self.producers.check(header)
+            if isinstance(verdict, Duplicate):  # answered once durable, as the original was
+                durable_offset = await self._group_flush(self._join())
+                base = verdict.base_offset
+                end = base + header.record_count if base >= 0 else -1
+                return ProduceResult(base, end, durable_offset, self.log.epoch, True, self.version)
+            base, end = self.log.append(batch, verify=verify)
+        except (BatchError, LogError) as exc:
+            raise as_api_error(exc) from None
+        self.producers.record(header, base)
+        group = self._join()
+        group.stored.append((base, end, batch))
+        if not durable:
+            return ProduceResult(base, end, self.log.durable_offset, self.log.epoch, False, self.version)
+        return ProduceResult(base, end, await self._group_flush(group), self.log.epoch, False, self.version)
 
     async def fence(self, producer_id: int, epoch: int) -> ProduceResult:
-        """Refuse ``producer_id``'s epochs below ``epoch`` from now on; returns once every write queued before
+        """Refuse ``producer_id``'s epochs below ``epoch`` from now on; returns once every write accepted before
         is durable and this load is known to still own the partition (else raises, like a failed write)."""
-        loop = asyncio.get_running_loop()
-        request = _Request(bytearray(), True, loop.create_future(), fence=(producer_id, epoch))
-        self._queue.append(request)
-        if not self._committing:
-            self._committing = True
-            self._commit_task = loop.create_task(self._commit_loop())
-        return await request.future
+        if self.abandoned is not None:
+            raise as_api_error(self.abandoned)
+        self.producers.fence(producer_id, epoch)
+        self._verified.add(producer_id)
+        group = self._join()
+        group.check_owner = True
+        durable = await self._group_flush(group)
+        return ProduceResult(durable, durable, durable, self.log.epoch, True, self.version)
+
+    def _join(self) -> _Group:
+        """The group the next flush takes; starts the committer if none runs."""
+        group = self._group
+        if group is None:
+            loop = asyncio.get_running_loop()
+            group = self._group = _Group(loop)
+            if self._commit_task is None:
+                self._commit_task = loop.create_task(self._commit_loop())
+        return group
+
+    async def _group_flush(self, group: _Group) -> int:
+        try:
+            return await asyncio.shield(group.future)  # one waiter giving up must not cancel the others' flush
+        except Exception as exc:
+            raise as_api_error(exc) from None
 
     async def _commit_loop(self) -> None:
+        """One flush per group, one group at a time: while a flush runs, new writes gather in the next group."""
         loop = asyncio.get_running_loop()
         try:
-            while self._queue:
-                if self._group_commit:
-                    group, self._queue = self._queue, []
-                else:
-                    group = [self._queue.pop(0)]
+            while (group := self._group) is not None:
+                self._group = None
                 try:
                     if self.abandoned is not None:
                         raise self.abandoned
-                    work = loop.run_in_executor(self._writes, self._write, group, loop)
+                    work = loop.run_in_executor(self._writes, self._flush, group.check_owner)
                     work.add_done_callback(_retrieve)  # if abandoned, its late end is nobody's business
                     durable = await asyncio.wait_for(asyncio.shield(work), self._flush_timeout_s)
                 except TimeoutError:
                     self.abandoned = StorageError(f"a flush took over {self._flush_timeout_s:.0f}s; reloading")
                     log.error("%s/%d: %s", self.topic, self.index, self.abandoned)
-                    for request in group:
-                        request.error = self.abandoned
-                    durable = self.log.durable_offset
+                    group.future.set_exception(self.abandoned)
                 except Exception as exc:
-                    for request in group:
-                        if request.error is None:
-                            request.error = exc
-                    durable = self.log.durable_offset
-                for request in group:
-                    if request.future.done():
-                        continue
-                    if request.error is not None:
-                        request.future.set_exception(as_api_error(request.error))
-                    else:
-                        assert request.offsets is not None
-                        result = ProduceResult(
-                            *request.offsets, durable, self.log.epoch, request.duplicate, self.version
-                        )
-                        request.future.set_result(result)
-                for request in group:
-                    if (
-                        request.error is None
-                        and request.offsets is not None
-                        and not request.duplicate
-                        and request.batch
-                    ):
-                        self.tail.add(request.offsets[0], request.offsets[1], request.batch)
+                    group.future.set_exception(exc)
+                else:
+                    group.future.set_result(durable)
+                    for base, end, batch in group.stored:
+                        self.tail.add(base, end, batch)
                 self._data.set()
                 self._data = asyncio.Event()
         finally:
-            self._committing = False
-            for request in self._queue:  # only if the loop above died
-                if not request.future.done():
-                    request.future.set_exception(as_api_error(LogError("commit stopped")))
+            self._commit_task = None
+            if self._group is not None and not self._group.future.done():  # only if the loop above died
+                self._group.future.set_exception(LogError("commit stopped"))
+                self._group = None
 
-    def _write(self, group: list[_Request], loop: asyncio.AbstractEventLoop) -> int:
-        """In an I/O thread: append every request, one flush for all. Returns the durable offset."""
-        fences = []
-        for request in group:
-            if request.fence is not None:
-                self.producers.fence(*request.fence)
-                self._verified.add(request.fence[0])
-                fences.append(request)
-                continue
-            try:
-                header = read_header(request.batch)
-                if header.producer_id >= 0 and header.producer_id not in self._verified:
-                    if request.newest_epoch is not None:
-                        self.producers.fence(header.producer_id, request.newest_epoch)
-                    self._verified.add(header.producer_id)
-                verdict = self.producers.check(header)
-                if isinstance(verdict, Duplicate):  # answered after this flush, as the original was
-                    base = verdict.base_offset
-                    request.offsets = (base, base + header.record_count if base >= 0 else -1)
-                    request.duplicate = True
-                    continue
-                request.offsets = self.log.append(request.batch, verify=request.verify)
-            except (BatchError, ApiError) as exc:
-                request.error = exc
-                continue
-            self.producers.record(header, request.offsets[0])
-            if not request.durable:
-                result = ProduceResult(*request.offsets, self.log.durable_offset, self.log.epoch, False, self.version)
-                loop.call_soon_threadsafe(_resolve, request.future, result)
+    def _flush(self, check_owner: bool) -> int:
+        """In an I/O thread: one write and one sync for everything appended so far. Returns the durable offset."""
         self.flushes += 1
         durable = self.log.flush()
-        if fences:
+        if check_owner:
             self.log.check_owner()  # a load that lost the partition must not answer a fence
-            for request in fences:
-                request.offsets = (durable, durable)
-                request.duplicate = True  # nothing stored
         return durable
 
     def _newest_epoch(self, producer_id: int, epoch: int) -> int | None:
@@ -343,8 +331,8 @@ class LoadedPartition:
 
     async def close(self, *, seal: bool = True) -> None:
         """Answer what is queued, flush, stop; long polls wake up and see the partition gone."""
-        while self._committing:
-            await asyncio.sleep(0.005)
+        while self._commit_task is not None:
+            await asyncio.wait([self._commit_task])
         try:
             await asyncio.get_running_loop().run_in_executor(self._writes, self._close, seal)
         finally:
@@ -361,11 +349,6 @@ class LoadedPartition:
 def _retrieve(future: asyncio.Future[int]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-def _resolve(future: asyncio.Future[ProduceResult], result: ProduceResult) -> None:
-    if not future.done():
-        future.set_result(result)
 
 
 def load_producer_states(log: PartitionLog, window_bytes: int) -> ProducerStates:

@@ -1,4 +1,5 @@
-"""What the command groups share: the ``--url`` and ``--dir`` options, one Admin call, an SDK error as a CLI error.
+"""What the command groups share: the ``--url``, ``--dir`` and ``--compression`` options, one Admin call, an SDK
+error as a CLI error.
 
 May import: click and the public SDK (``talos``).
 """
@@ -13,12 +14,21 @@ import click
 
 from talos import DEFAULT_URL, Admin, TalosError
 
-__all__ = ["CLUSTER_DIR", "URL", "YES", "admin_call", "fail"]
+__all__ = ["CLUSTER_DIR", "COMPRESSION", "URL", "YES", "admin_call", "fail"]
 
 _T = TypeVar("_T")
 
 URL = click.option(
     "--url", envvar="TALOS_URL", default=DEFAULT_URL, show_default=True, help="Server URL (env TALOS_URL)."
+)
+
+# The producer's codec (`talos produce`, `talos bench produce`): Kafka's, applied to each batch's records.
+COMPRESSION = click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+    default="none",
+    show_default=True,
+    help="Compress each batch's records.",
 )
 
 # Deletes ask first (`talos topics delete`, `talos tenants delete`); scripts skip the question.

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import click
 
 from talos import Consumer, Message, Producer, TalosError
-from talos.cli._common import URL, fail
+from talos.cli._common import COMPRESSION, URL, fail
 
 __all__ = ["consume", "produce"]
 
@@ -32,6 +32,7 @@ __all__ = ["consume", "produce"]
     default=None,
     help="Continue as this idempotent producer (a new epoch: an older instance with this id is fenced).",
 )
+@COMPRESSION
 def produce(
     url: str,
     topic: str,
@@ -41,6 +42,7 @@ def produce(
     acks: str,
     idempotent: bool,
     producer_id: int | None,
+    compression: str,
 ) -> None:
     """Send each line of stdin (or --file) as one message to TOPIC."""
     size = _file_size(source)
@@ -49,7 +51,9 @@ def produce(
     separator = key_sep.encode() if key_sep else None
     try:
         with (
-            Producer(url, acks=acks, idempotent=idempotent, producer_id=producer_id) as producer,
+            Producer(
+                url, acks=acks, idempotent=idempotent, producer_id=producer_id, compression=compression
+            ) as producer,
             click.progressbar(
                 length=size or 0, label=f"producing to {topic}", file=sys.stderr, hidden=not size
             ) as progress,

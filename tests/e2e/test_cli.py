@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +65,20 @@ def test_produce_from_stdin_and_file_then_consume(server: StandaloneServer, topi
 
 
 def test_bench_prints_rates(server: StandaloneServer, topic_name: str) -> None:
-    result = talos(server, "bench", "produce", "--topic", topic_name, "--messages", "2000", "--size", "100")
+    result = talos(
+        server, "bench", "produce", "--topic", topic_name, "--messages", "2000", "--size", "100",
+        "--compression", "zstd", "--values", "json",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "produce: 2000 messages" in result.stdout
     assert "ack latency: p50" in result.stdout
+    ratio = re.search(r"compression zstd: 200,000 bytes of values, [\d,]+ sent = ratio ([\d.]+)", result.stdout)
+    assert ratio and float(ratio.group(1)) > 2, result.stdout  # JSON log lines compress
     result = talos(server, "bench", "consume", "--topic", topic_name, "--messages", "2000")
     assert "consume: 2000 messages" in result.stdout
+    result = talos(server, "bench", "produce", "--topic", topic_name, "--messages", "2000", "--many", "300")
+    assert result.returncode == 0, result.stderr
+    assert "produce: 2000 messages" in result.stdout  # send_many calls of 300, the last of 200
 
 
 def test_help_explains(server: StandaloneServer) -> None:

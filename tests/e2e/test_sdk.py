@@ -21,10 +21,12 @@ from talos import (
     NotFoundError,
     OffsetOutOfRangeError,
     Producer,
+    RecordData,
     Response,
     UnavailableError,
     Urllib3Transport,
     decode_records,
+    iter_batches,
     partition_for_key,
 )
 from talos._transport import check
@@ -77,6 +79,32 @@ def test_produce_and_consume_in_order(server: StandaloneServer, topic_name: str)
     for partition in range(4):  # per-key order = send order
         values = [int(m.value[1:]) for m in messages if m.partition == partition]  # type: ignore[index]
         assert values == sorted(values)
+
+
+def test_send_many_round_trip(server: StandaloneServer, topic_name: str) -> None:
+    """One send_many call of values, keyed pairs and a record with headers, idempotent, over several batches
+    per partition: the one future's answer is where the consumer finds each record."""
+    Admin(server.url).create_topic(topic_name, partitions=3)
+    records: list[bytes | tuple[bytes, bytes] | RecordData] = [
+        f"v{i}".encode() if i % 3 else (f"k{i % 7}".encode(), f"v{i}".encode()) for i in range(3000)
+    ]
+    records[10] = RecordData(b"v10", b"k3", [("h", b"1")])
+    with Producer(server.url, idempotent=True, linger_ms=2, batch_bytes=8 * 1024) as producer:
+        stored = producer.send_many(topic_name, records).result(timeout=30)
+    with Consumer(server.url, topics=[topic_name]) as consumer:
+        messages = []
+        while len(messages) < len(records):
+            batch = consumer.poll(5.0)
+            assert batch, "no progress"
+            messages += batch
+    at = {(m.partition, m.offset): m for m in messages}
+    assert len(at) == len(records)
+    for i, place in enumerate(stored):
+        message = at[(place.partition, place.offset)]
+        assert message.value == f"v{i}".encode()
+        if i % 3 == 0:
+            assert (message.key, place.partition) == (f"k{i % 7}".encode(), partition_for_key(message.key, 3))
+    assert at[(stored[10].partition, stored[10].offset)].headers == (("h", b"1"),)
 
 
 def test_consumer_seek_and_explicit_partitions(server: StandaloneServer, topic_name: str) -> None:
@@ -190,3 +218,41 @@ def test_producer_gives_up_after_the_delivery_timeout() -> None:
         producer.flush()
     with pytest.raises(UnavailableError):
         future.result()
+
+
+def test_compressed_batches_through_the_server(server: StandaloneServer, topic_name: str) -> None:
+    """Each codec: produced with the SDK, stored compressed as sent, read back by the SDK consumer, the JSON
+    fetch and the time index."""
+    admin = Admin(server.url)
+    http = Urllib3Transport()
+    for codec, kafka_id in {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}.items():
+        topic = f"{topic_name}-{codec}"
+        admin.create_topic(topic, partitions=1)
+        sent = [
+            (f"k{i % 5}".encode(), orjson.dumps({"n": i, "msg": "served " * 8}), 1_700_000_000_000 + i)
+            for i in range(300)
+        ]
+        with Producer(server.url, compression=codec, batch_bytes=8 * 1024, linger_ms=20) as producer:
+            for key, value, stamp in sent:
+                producer.send(topic, value, key=key, headers={"c": codec}, timestamp=stamp)
+            producer.flush()
+        path = f"{server.url}/v1/topics/{topic}/partitions/0/messages"
+        raw = http.request("GET", path, params={"offset": 0}, headers={"accept": "application/vnd.talos.batch"})
+        stored = [header for _, header in iter_batches(raw.body)]
+        assert len(stored) > 1 and {h.flags for h in stored} == {kafka_id}
+        assert sum(h.length for h in stored) < len(sent) * 60  # compressed: the values alone are ~75 bytes each
+        with Consumer(server.url, topics=[topic], start="earliest") as consumer:
+            got = consumer.poll(5.0)
+            while len(got) < len(sent):
+                batch = consumer.poll(5.0)
+                assert batch, "no progress"
+                got += batch
+        assert [(m.offset, m.key, m.value, m.headers, m.timestamp) for m in got] == [
+            (i, key, value, (("c", codec.encode()),), stamp) for i, (key, value, stamp) in enumerate(sent)
+        ]
+        answer = http.request("GET", path, params={"offset": 100, "max_messages": 1000}).json()
+        assert isinstance(answer, dict) and "skipped" not in answer
+        assert [(m["key"], m["value"], m["headers"]) for m in answer["messages"]] == [
+            (key.decode(), value.decode(), {"c": codec}) for key, value, _ in sent[100:]
+        ]
+        assert admin.offsets(topic, 0, timestamp=sent[150][2])["offset"] == 150

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from fencing import (
     DirectoryEpochSource,
     FencedError,
+    FileSystem,
     LogConfig,
     LogError,
     OffsetOutOfRangeError,
     PartitionLog,
     SegmentName,
+    StorageError,
+    WritableFile,
     highest_epoch,
+    open_storage,
 )
+from fencing.filesystem import Buffer
 from talos import CorruptBatchError, RecordData, TruncatedBatchError, encode_batch
 from tests.conftest import Storage
 from tests.helpers import decoded, read_all
@@ -141,6 +149,7 @@ def test_roll_by_size_and_reopen_keeps_everything(storage: Storage) -> None:
         plog.append(batch(f"m{i}".encode() * 5))
         plog.flush()
         expected.append((i, f"m{i}".encode() * 5))
+    plog.wait_for_seal()  # rolled segments are sealed in the background
     names = segment_names(storage)
     assert sum(n.sealed for n in names) >= 4
     assert sum(not n.sealed for n in names) == 1
@@ -159,6 +168,7 @@ def test_roll_by_age(storage: Storage) -> None:
     plog.flush()
     time.sleep(0.1)
     plog.maybe_roll()
+    plog.wait_for_seal()  # the old segment is sealed in the background
     names = segment_names(storage)
     assert [n.sealed for n in names] == [True, False]
     assert names[0].end == 1
@@ -214,7 +224,13 @@ def test_takeover_while_the_old_owner_rolls(storage: Storage, step: str) -> None
                             config=LogConfig(segment_bytes=1), hook=take_over_now)  # fmt: skip
     old.append(batch(b"first"))
     with pytest.raises(FencedError):
-        old.flush()  # the data was synced; the roll that follows finds the newer epoch
+        # roll:created-new: the data was synced; the roll that follows finds the newer epoch.
+        old.flush()
+        # roll:sealed-old comes in the background seal, after the flush returned (acknowledged "first"):
+        # once it is done, the next write of the old owner finds the newer one.
+        old.wait_for_seal()
+        old.append(batch(b"late"))
+        old.flush()
     heir = heirs[0]
     assert read_all(heir) == [(0, b"first")]
     heir.append(batch(b"second"))
@@ -258,6 +274,7 @@ def test_retention_by_bytes_deletes_only_whole_sealed_segments(storage: Storage)
     for i in range(30):
         plog.append(batch(f"{i:03d}".encode() * 10))
         plog.flush()
+    plog.wait_for_seal()  # the last roll's seal runs in the background: a segment still sealing is kept
     before = segment_names(storage)
     deleted = plog.enforce_retention()
     after = segment_names(storage)
@@ -280,6 +297,7 @@ def test_retention_by_time(storage: Storage) -> None:
     for i in range(10):
         plog.append(batch(f"{i}".encode() * 50))
         plog.flush()
+    plog.wait_for_seal()
     sealed = [n for n in segment_names(storage) if n.sealed]
     assert plog.enforce_retention() == []  # all young
     deleted = plog.enforce_retention(now_ms=int(time.time() * 1000) + 120_000)
@@ -313,3 +331,143 @@ def test_restart_with_an_empty_active_segment_keeps_the_next_offset(storage: Sto
         second.append(batch(b"x"))
         second.flush()
     third.close()
+
+
+# ---------------------------------------------------------------- rolls seal the old segment in the background
+
+
+class HeldClose:
+    """A segment file whose close waits for ``release`` (an HDFS close waiting for its last block, made as
+    long as the test needs), saying when it starts; ``fail`` makes the close fail after the wait."""
+
+    def __init__(self, file: WritableFile, closing: threading.Event, release: threading.Event, fail: bool) -> None:
+        self._file = file
+        self._closing = closing
+        self._release = release
+        self._fail = fail
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    def write(self, data: Buffer) -> None:
+        self._file.write(data)
+
+    def sync(self) -> None:
+        self._file.sync()
+
+    def still_linked(self) -> bool:
+        return self._file.still_linked()
+
+    def close(self) -> None:
+        self._closing.set()
+        assert self._release.wait(60)
+        if self._fail:
+            raise StorageError(f"close of {self.path}: injected failure")
+        self._file.close()
+
+
+class Held:
+    """The old owner's own connection to the storage (on HDFS another client, so another lease holder), whose
+    segment files hold their close until :attr:`release` is set."""
+
+    def __init__(self, storage: Storage, *, fail: bool = False) -> None:
+        self.fs: FileSystem = open_storage(storage.url)[0]
+        self.closing = threading.Event()
+        self.release = threading.Event()
+        create = self.fs.create
+
+        def held_create(path: str) -> WritableFile:
+            file = create(path)
+            return HeldClose(file, self.closing, self.release, fail) if path.endswith(".log") else file
+
+        self.fs.create = held_create  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def held(storage: Storage) -> Iterator[Held]:
+    held = Held(storage)
+    try:
+        yield held
+    finally:
+        held.release.set()
+        held.fs.close()
+
+
+def open_held(held: Held, storage: Storage) -> PartitionLog:
+    directory = storage.path("p")
+    config = LogConfig(segment_bytes=1000)
+    return PartitionLog.open(held.fs, directory, DirectoryEpochSource(held.fs, directory), config=config)
+
+
+def test_the_flush_that_rolls_returns_while_the_old_segment_still_closes(storage: Storage, held: Held) -> None:
+    plog = open_held(held, storage)
+    try:
+        plog.append(batch(b"a" * 1200))
+        assert plog.flush() == 1  # fills the segment: the roll switches to a new one and returns
+        assert held.closing.wait(10)  # the old one's close has begun in the background, and is held there
+        plog.append(batch(b"b"))
+        assert plog.flush() == 2  # written into the new segment while the old one closes
+        assert [(n.base, n.sealed) for n in segment_names(storage)] == [(0, False), (1, False)]
+        assert read_all(plog) == [(0, b"a" * 1200), (1, b"b")]  # the closing segment is still served
+        closer = threading.Thread(target=plog.close)
+        closer.start()
+        closer.join(0.2)
+        assert closer.is_alive()  # a close waits for the background seal
+        held.release.set()
+        closer.join(30)
+        assert not closer.is_alive()
+        assert [(n.base, n.end, n.sealed) for n in segment_names(storage)] == [(0, 1, True), (1, 2, True)]
+    finally:
+        held.release.set()
+        plog.close()
+    heir = open_log(storage)
+    assert heir.recovery is not None and heir.recovery.sealed == []
+    assert read_all(heir) == [(0, b"a" * 1200), (1, b"b")]
+    heir.close()
+
+
+def test_a_takeover_during_a_background_seal_seals_it_once_and_keeps_every_acknowledged_write(
+    storage: Storage, held: Held
+) -> None:
+    old = open_held(held, storage)
+    old.append(batch(b"a" * 1200))
+    old.flush()
+    assert held.closing.wait(10)
+    old.append(batch(b"b"))
+    old.flush()  # acknowledged, in the new segment
+    heir = open_log(storage)  # seals both open segments (on HDFS: recovers the lease the held close still has)
+    assert heir.recovery is not None and len(heir.recovery.sealed) == 2
+    held.release.set()
+    with pytest.raises(FencedError):
+        old.wait_for_seal()  # its close or rename lost the race: the segment is the heir's to seal, and was
+    assert isinstance(old.failed, FencedError)
+    with pytest.raises(FencedError):
+        old.append(batch(b"late"))
+    old.close()
+    names = segment_names(storage)
+    assert [(n.base, n.epoch, n.sealed) for n in names] == [(0, 1, True), (1, 1, True), (2, 2, False)]  # once each
+    assert read_all(heir) == [(0, b"a" * 1200), (1, b"b")]
+    heir.close()
+
+
+def test_a_failed_background_seal_fails_the_log_and_the_next_owner_seals_the_segment(tmp_path: Path) -> None:
+    storage = Storage("local", *open_storage(str(tmp_path / "store")), f"file://{tmp_path}/store")
+    held = Held(storage, fail=True)
+    plog = open_held(held, storage)
+    plog.append(batch(b"a" * 1200))
+    plog.flush()
+    held.release.set()
+    for thread in threading.enumerate():  # the background seal, which fails
+        if thread.name.startswith("talos-seal-"):
+            thread.join(30)
+    plog.append(batch(b"b"))
+    with pytest.raises(StorageError):
+        plog.flush()  # synced, but not acknowledged: the failed seal of the previous segment fails the log
+    assert isinstance(plog.failed, StorageError)
+    plog.close()
+    heir = open_log(storage)
+    assert heir.recovery is not None
+    assert sorted(heir.recovery.sealed) == [str(n) for n in segment_names(storage)[:2]]
+    assert read_all(heir)[:1] == [(0, b"a" * 1200)]  # everything acknowledged
+    heir.close()

@@ -190,7 +190,7 @@ def test_producer_fields_and_flags_are_checked() -> None:
     overflowing = encode_batch([RecordData(b"v")] * 3, producer_id=7, producer_epoch=0, base_sequence=2**31 - 2)
     with pytest.raises(BatchError, match="sequences"):
         validate_batch(overflowing)
-    with pytest.raises(BatchError, match="flags"):
+    with pytest.raises(BatchError, match="flags"):  # codecs are 1-4 (tests/unit/test_compression.py)
         data = bytearray(encode_batch([RecordData(b"v")]))
-        struct.pack_into(">h", data, 17, 1)
+        struct.pack_into(">h", data, 17, 5)
         validate_batch(recrc(data))

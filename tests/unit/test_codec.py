@@ -21,6 +21,8 @@ from talos import (
     verify_batch,
 )
 
+pytestmark = pytest.mark.usefixtures("codec_implementation")  # each test: pure Python, then compiled
+
 BASE_OFFSET_BITS = 64  # the first 8 bytes: not covered by the CRC, by design
 
 blobs = st.one_of(st.none(), st.binary(max_size=300))

@@ -38,8 +38,8 @@ def _module_name(path: Path) -> str:
 
 
 def _is_module(name: str) -> bool:
-    path = ROOT.joinpath(*name.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    path = ROOT.joinpath(*name.split("."))  # (.pyi: a compiled module's stub, e.g. talos/_speedups.pyi)
+    return path.with_suffix(".py").is_file() or path.with_suffix(".pyi").is_file() or (path / "__init__.py").is_file()
 
 
 def _is_type_checking(node: ast.If) -> bool:

@@ -1,0 +1,107 @@
+"""One request of a hot endpoint (produce, fetch, offsets), answered by the server's HTTP protocol without ASGI.
+
+uvicorn turns every request into an ASGI conversation: a scope, ``receive``/``send`` message dicts, an event per
+body chunk, each response header checked by two regular expressions. For a single-message produce that is a large
+part of the request's cost (docs/performance.md). The protocol (``server.http.connections``) parses the request
+with httptools as before and, for the hot endpoints, makes this cycle instead of uvicorn's: it has the same
+attributes the protocol drives (body, more_body, message_event, response_complete, keep_alive, disconnected), so
+keep-alive, pipelining, flow control and the connection limits work unchanged, but it calls
+:meth:`FastPath.answer <server.http.fastpath.FastPath.answer>` directly and writes the answer as one buffer. The
+handlers are the same functions FastAPI's routes call; the OpenAPI schema still documents them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+
+from server.errors import ApiError
+from server.http.fastpath import FastPath, Route, check_declared_length
+from server.http.reply import Reply
+
+__all__ = ["HotCycle"]
+
+log = logging.getLogger("talos.server")
+
+
+class HotCycle(RequestResponseCycle):
+    """A hot request's cycle: ``run_asgi`` ignores the ASGI app and answers through :class:`FastPath`."""
+
+    def __init__(self, fast: FastPath, hot: Route, raw_query: bytes, **uvicorn_cycle: Any) -> None:
+        super().__init__(**uvicorn_cycle)
+        self._fast = fast
+        self._hot = hot
+        self._raw_query = raw_query
+
+    async def run_asgi(self, app: object) -> None:
+        try:
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
+            try:
+                reply = await self._fast.answer(self._hot, headers, self._raw_query, self._read_body)
+            except ConnectionResetError:
+                return
+            if not self.disconnected:
+                self._respond(reply)
+        except Exception:  # answer() answers errors itself: this is a bug, and the connection's state unknown
+            log.exception("unexpected error in a hot request")
+            self.transport.close()
+        finally:
+            self.on_response = _nothing
+
+    async def _read_body(self, limit: int, declared: str | None) -> bytes:
+        check_declared_length(limit, declared)
+        while self.more_body:
+            if len(self.body) > limit:
+                raise ApiError(413, "REQUEST_TOO_LARGE", f"request body over the limit of {limit} bytes")
+            if self.waiting_for_100_continue and not self.transport.is_closing():
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                self.waiting_for_100_continue = False
+            if self.disconnected:
+                raise ConnectionResetError("client went away")
+            self.flow.resume_reading()
+            await self.message_event.wait()
+            self.message_event.clear()
+        if self.disconnected:
+            raise ConnectionResetError("client went away")
+        if len(self.body) > limit:
+            raise ApiError(413, "REQUEST_TOO_LARGE", f"request body over the limit of {limit} bytes")
+        body, self.body = bytes(self.body), bytearray()
+        return body
+
+    def _respond(self, reply: Reply) -> None:
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        if self.access_log:
+            self.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                client[0] if (client := self.scope.get("client")) else "-",
+                self.scope["method"],
+                self.scope["path"],
+                self.scope["http_version"],
+                reply.status,
+            )
+        head: list[bytes] = [STATUS_LINE[reply.status]]
+        for default, value in self.default_headers:
+            head += (default, b": ", value, b"\r\n")
+        head += (b"content-type: ", reply.content_type.encode(), b"\r\ncontent-length: ", b"%d" % len(reply.body))
+        for name, text in reply.headers.items():
+            head += (b"\r\n", name.encode("latin-1"), b": ", text.encode("latin-1"))
+        if not self.keep_alive:
+            head.append(b"\r\nconnection: close")
+        head.append(b"\r\n\r\n")
+        if len(reply.body) < 65536:  # one write, one syscall
+            head.append(reply.body)
+            self.transport.write(b"".join(head))
+        else:  # a large fetch: no copy of the body
+            self.transport.writelines([b"".join(head), reply.body])
+        self.response_complete = True
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+
+
+def _nothing() -> None:
+    pass

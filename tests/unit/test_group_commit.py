@@ -1,0 +1,192 @@
+"""Group commit in ``LoadedPartition``: offsets are given on the event loop, one flush answers a whole group.
+
+A real partition log on a local directory; its file's ``sync`` can be held (a gate), so the tests decide when a
+flush completes and see which requests it answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fencing import DirectoryEpochSource, LogConfig, PartitionLog, StorageError
+from fencing.local import LocalFile, LocalFileSystem
+from server.errors import ApiError
+from server.partition.executor import AffinityExecutor
+from server.partition.loaded import LoadedPartition
+from server.partition.tailcache import TailCache
+from talos import RecordData, decode_records, encode_batch, iter_batches
+
+
+class GatedFileSystem(LocalFileSystem):
+    """Local files whose ``sync`` waits for ``gate`` and then fails while ``fail`` is set."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.syncs = 0
+        self.fail = False
+
+    def create(self, path: str) -> LocalFile:
+        return GatedFile(super().create(path), self)
+
+
+class GatedFile(LocalFile):
+    def __init__(self, plain: LocalFile, fs: GatedFileSystem) -> None:
+        self.__dict__.update(plain.__dict__)
+        self._gated = fs
+
+    def sync(self) -> None:
+        self._gated.gate.wait(10)
+        if self._gated.fail:
+            raise StorageError("sync failed (test)")
+        super().sync()
+        self._gated.syncs += 1
+
+
+@pytest.fixture
+def pools() -> Iterator[tuple[AffinityExecutor, AffinityExecutor]]:
+    writes, reads = AffinityExecutor(2, "writes"), AffinityExecutor(1, "reads")
+    try:
+        yield writes, reads
+    finally:
+        writes.shutdown()
+        reads.shutdown()
+
+
+def _partition(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], fs: GatedFileSystem, *, group_commit: bool
+) -> LoadedPartition:
+    directory = str(tmp_path / "t-0")
+    plog = PartitionLog.open(fs, directory, DirectoryEpochSource(fs, directory), config=LogConfig())
+    writes, reads = pools
+    fs.syncs = 0  # the takeover's own (the epoch marker)
+    return LoadedPartition(
+        "t",
+        0,
+        plog,
+        TailCache(1 << 20).partition("t", 0),
+        writes.for_key("t-0"),
+        reads.for_key("t-0"),
+        group_commit=group_commit,
+    )
+
+
+def _batch(value: bytes, **producer: int) -> bytearray:
+    return bytearray(encode_batch([RecordData(value)], **producer))
+
+
+@pytest.fixture
+def gated() -> GatedFileSystem:
+    return GatedFileSystem()
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+def test_requests_that_arrive_during_a_flush_share_the_next_one(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        gated.gate.clear()
+        first = asyncio.create_task(partition.produce(_batch(b"first")))
+        await _until(lambda: partition.flushes == 1)  # the first flush is under way, held at its sync
+        rest = [asyncio.create_task(partition.produce(_batch(b"%d" % i))) for i in range(50)]
+        await asyncio.sleep(0.01)
+        # Every one of them has its offsets already (assigned on the event loop), none is answered
+        assert partition.log.next_offset == 51 and not any(task.done() for task in rest)
+        gated.gate.set()
+        answers = await asyncio.gather(first, *rest)
+        assert [a.base_offset for a in answers] == list(range(51))
+        assert all(a.durable_offset >= a.next_offset for a in answers)
+        assert partition.flushes == 2 and gated.syncs == 2  # one for the first, one for the 50
+        data = partition.log.read(0, 1 << 20)
+        values = [r.value for position, _ in iter_batches(data) for r in decode_records(data, position)]
+        assert values == [b"first"] + [b"%d" % i for i in range(50)]
+        await partition.close()
+
+    asyncio.run(scenario())
+
+
+def test_group_commit_off_flushes_each_request_alone_in_order(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=False)
+        answers = await asyncio.gather(*(partition.produce(_batch(b"%d" % i)) for i in range(8)))
+        assert [a.base_offset for a in answers] == list(range(8))
+        assert partition.flushes == 8 and gated.syncs == 8
+        await partition.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_flush_fails_its_whole_group_and_nothing_later_is_acknowledged(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        await partition.produce(_batch(b"stored"))
+        gated.gate.clear()
+        gated.fail = True
+        group = [asyncio.create_task(partition.produce(_batch(b"lost %d" % i))) for i in range(5)]
+        await _until(lambda: partition.flushes == 2)
+        gated.gate.set()
+        results = await asyncio.gather(*group, return_exceptions=True)
+        assert all(isinstance(r, ApiError) and r.status == 503 and r.retriable for r in results)
+        with pytest.raises(ApiError) as later:
+            await partition.produce(_batch(b"after"))
+        assert later.value.status == 503
+        assert partition.log.durable_offset == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_that_gives_up_does_not_cancel_the_others_flush(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        gated.gate.clear()
+        held = asyncio.create_task(partition.produce(_batch(b"held")))
+        await _until(lambda: partition.flushes == 1)
+        quitter = asyncio.create_task(partition.produce(_batch(b"quitter")))
+        stayer = asyncio.create_task(partition.produce(_batch(b"stayer")))
+        await asyncio.sleep(0.01)
+        quitter.cancel()  # a client that went away
+        gated.gate.set()
+        assert (await held).base_offset == 0
+        assert (await stayer).base_offset == 2 and (await stayer).durable_offset == 3
+        assert quitter.cancelled()
+        await partition.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_resend_waits_for_the_flush_of_its_original_and_gets_its_offsets(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        ids = {"producer_id": 7, "producer_epoch": 0, "base_sequence": 0}
+        gated.gate.clear()
+        original = asyncio.create_task(partition.produce(_batch(b"once", **ids)))
+        await _until(lambda: partition.flushes == 1)
+        resend = asyncio.create_task(partition.produce(_batch(b"once", **ids)))
+        await asyncio.sleep(0.01)
+        assert not resend.done()  # not answered before the original is durable
+        gated.gate.set()
+        first, again = await asyncio.gather(original, resend)
+        assert (again.base_offset, again.duplicate) == (first.base_offset, True)
+        assert partition.log.durable_offset == 1  # stored once
+        await partition.close()
+
+    asyncio.run(scenario())

@@ -15,6 +15,7 @@ stall: an HDFS close waits for the last block).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fencing.epochs import DirectoryEpochSource
@@ -173,25 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         results["local"] = compare(fs, root, batches, args.mib * MIB, args.rounds)
 
         if args.hdfs != "off":
-            cluster = None
-            url = args.hdfs
-            if url == "auto":
-                from talos.devservices import HdfsCluster
-
-                cluster = HdfsCluster(Path(scratch) / "hdfs-service")
-                print("starting a local HDFS ...", file=sys.stderr)
-                cluster.start()
-                url = f"{cluster.url}/bench"
-            try:
-                hfs, hroot = open_storage(url)
-                hfs.mkdirs(hroot)
-                print(f"HDFS ({url}): hsync latency, then {args.hdfs_mib} MiB per run ...", file=sys.stderr)
+            with _hdfs(args.hdfs, scratch) as (hfs, hroot):
+                print(f"HDFS ({hroot}): hsync latency, then {args.hdfs_mib} MiB per run ...", file=sys.stderr)
                 results["hdfs_hsync_1k"] = hsync_latency(hfs, hroot, args.samples)
                 results["hdfs"] = compare(hfs, hroot, batches, args.hdfs_mib * MIB, args.rounds)
-                hfs.delete(hroot, recursive=True)
-            finally:
-                if cluster is not None:
-                    cluster.stop()
 
     if args.json:
         print(json.dumps(results, indent=2))
@@ -214,6 +200,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _hdfs(url: str, scratch: str) -> Iterator[tuple[FileSystem, str]]:
+    """The HDFS to measure: ``url``, or (``auto``) a local one started here and stopped after; its bench
+    directory is deleted after."""
+    cluster = None
+    if url == "auto":
+        from talos.devservices import HdfsCluster
+
+        cluster = HdfsCluster(Path(scratch) / "hdfs-service")
+        print("starting a local HDFS ...", file=sys.stderr)
+        cluster.start()
+        url = f"{cluster.url}/bench"
+    try:
+        hfs, hroot = open_storage(url)
+        hfs.mkdirs(hroot)
+        yield hfs, hroot
+        hfs.delete(hroot, recursive=True)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
 def _main_rolls(args: argparse.Namespace) -> int:
     def measure(fs: FileSystem, root: str, mib: int) -> dict[str, float]:
         return roll_latency(
@@ -229,23 +237,8 @@ def _main_rolls(args: argparse.Namespace) -> int:
         fs, root = open_storage(scratch)
         results["local"] = measure(fs, root, args.mib)
         if args.hdfs != "off":
-            cluster = None
-            url = args.hdfs
-            if url == "auto":
-                from talos.devservices import HdfsCluster
-
-                cluster = HdfsCluster(Path(scratch) / "hdfs-service")
-                print("starting a local HDFS ...", file=sys.stderr)
-                cluster.start()
-                url = f"{cluster.url}/bench"
-            try:
-                hfs, hroot = open_storage(url)
-                hfs.mkdirs(hroot)
+            with _hdfs(args.hdfs, scratch) as (hfs, hroot):
                 results["hdfs"] = measure(hfs, hroot, args.hdfs_mib)
-                hfs.delete(hroot, recursive=True)
-            finally:
-                if cluster is not None:
-                    cluster.stop()
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

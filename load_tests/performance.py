@@ -44,7 +44,7 @@ from peers import Latencies, NatsJetStream, RedisStreams, closed_loop
 
 from fencing.bench import hsync_latency, make_batches, raw_run
 from fencing.storage import open_storage
-from talos import Admin, Producer, read_header
+from talos import Admin, Consumer, Producer, read_header
 from talos.cli._bench import CountingTransport, json_log_lines
 from talos.devservices import HdfsCluster, StandaloneServer
 
@@ -215,12 +215,21 @@ def batched_vs_raw(base: Path, megabytes: int, partitions: int, rounds: int = 3)
                 producer.send(TOPIC, payload)
             producer.flush()
             sdk_seconds = time.perf_counter() - started
+        chunk = [payload] * 1000
+        with Producer(url, linger_ms=5, max_in_flight=partitions) as producer:
+            started = time.perf_counter()
+            for _ in range(count // len(chunk)):
+                producer.send_many(TOPIC, chunk)
+            producer.flush()
+            many_seconds = time.perf_counter() - started
+        sent_many = count // len(chunk) * len(chunk)
         stored = sum(p.latest or 0 for p in Admin(url).describe_topic(TOPIC).partition_offsets)
+        per_batch = read_header(batches[0]).record_count
+        expected = count + sent_many + rounds * posts * per_batch
+        if stored != expected:
+            raise RuntimeError(f"Talos stored {stored} of {expected} batched messages")
+        consumed, consumed_bytes, consume_seconds = sdk_consume(url, expected)
         zstd = sdk_zstd_json(url, count // 4, partitions)
-    per_batch = read_header(batches[0]).record_count
-    expected = count + rounds * posts * per_batch
-    if stored != expected:
-        raise RuntimeError(f"Talos stored {stored} of {expected} batched messages")
     http = statistics.median(http_rates)
     return {
         "raw_mib_s": statistics.median(raw_rates),
@@ -230,8 +239,26 @@ def batched_vs_raw(base: Path, megabytes: int, partitions: int, rounds: int = 3)
         "http_msgs_s": http * MIB / len(batches[0]) * per_batch,
         "talos_mib_s": count * 1024 / MIB / sdk_seconds,
         "talos_msgs_s": count / sdk_seconds,
+        "many_mib_s": sent_many * 1024 / MIB / many_seconds,
+        "many_msgs_s": sent_many / many_seconds,
+        "consumer_mib_s": consumed_bytes / MIB / consume_seconds,
+        "consumer_msgs_s": consumed / consume_seconds,
         **zstd,
     }
+
+
+def sdk_consume(url: str, expected: int) -> tuple[int, int, float]:
+    """The SDK consumer reading the whole topic from the start: messages, value bytes, seconds."""
+    got = size = 0
+    with Consumer(url, topics=[TOPIC], start="earliest", max_bytes=4 * MIB) as consumer:
+        started = time.perf_counter()
+        while got < expected:
+            messages = consumer.poll(timeout=5.0, max_messages=100_000)
+            if not messages:
+                raise RuntimeError(f"the consumer stopped at {got} of {expected} messages")
+            got += len(messages)
+            size += sum(len(m.value or b"") for m in messages)
+        return got, size, time.perf_counter() - started
 
 
 def sdk_zstd_json(url: str, count: int, partitions: int) -> dict[str, float]:
@@ -330,8 +357,12 @@ def report(
         f"{raw * 1024:,.0f} | 1.00 |",
         f"| Talos, 1 MiB batches over HTTP, {args.sdk_partitions} partitions (median of {batched['http_runs']}) | "
         f"{batched['http_mib_s']:.0f} | {batched['http_msgs_s']:,.0f} | **{batched['http_mib_s'] / raw:.2f}** |",
-        f"| Talos SDK producer, {args.sdk_partitions} partitions | {batched['talos_mib_s']:.0f} | "
+        f"| Talos SDK producer, `send()`, {args.sdk_partitions} partitions | {batched['talos_mib_s']:.0f} | "
         f"{batched['talos_msgs_s']:,.0f} | **{batched['talos_mib_s'] / raw:.2f}** |",
+        f"| Talos SDK producer, `send_many()` of 1000, {args.sdk_partitions} partitions | "
+        f"{batched['many_mib_s']:.0f} | {batched['many_msgs_s']:,.0f} | **{batched['many_mib_s'] / raw:.2f}** |",
+        f"| Talos SDK consumer, the same topic from the start | {batched['consumer_mib_s']:.0f} | "
+        f"{batched['consumer_msgs_s']:,.0f} | {batched['consumer_mib_s'] / raw:.2f} |",
         f"| Talos SDK producer, zstd, JSON log lines (compression ratio **{batched['zstd_ratio']:.1f}x**; MiB/s "
         f"of uncompressed input) | {batched['zstd_mib_s']:.0f} | {batched['zstd_msgs_s']:,.0f} | "
         f"{batched['zstd_mib_s'] / raw:.2f} |",
@@ -347,7 +378,7 @@ def report(
     out.append(f"| Talos | wrk | {local_on['rate']:,.0f} | {local_on['p99_ms']:.1f} | |")
     out.append(
         f"| Talos | aiohttp; SDK producer | {python_client.rate:,.0f} | {python_client.p99_ms:.1f} | "
-        f"{batched['talos_msgs_s']:,.0f} |"
+        f"{batched['many_msgs_s']:,.0f} |"
     )
     for name, result in peers.items():
         single, rate = result["single"], result["batched"]
@@ -360,9 +391,50 @@ def report(
         out.append(
             f"- Talos / {name}: single messages **{float(local_on['rate']) / max(single.rate, 1e-9):.2f}x** (wrk), "
             f"**{python_client.rate / max(single.rate, 1e-9):.2f}x** (same kind of client); "
-            f"batched **{batched['talos_msgs_s'] / max(rate, 1e-9):.2f}x**"
+            f"batched **{batched['many_msgs_s'] / max(rate, 1e-9):.2f}x**"
         )
+    out += goals(gc_rows, batched, peers)
     return "\n".join(out) + "\n"
+
+
+def goals(
+    gc_rows: list[dict[str, object]], batched: dict[str, float], peers: dict[str, dict[str, object]]
+) -> list[str]:
+    """Issue 23's goals, each against this run's own figures."""
+    rows = {(str(r["storage"]), str(r["mode"])): r for r in gc_rows}
+
+    def figure(storage: str, mode: str, run: str, name: str) -> float:
+        value = rows[(storage, mode)][run]
+        assert isinstance(value, dict)
+        return float(value[name])
+
+    out = ["", "### Against the goals (this run)", "", "| goal | measured | |", "|---|---|---|"]
+
+    def goal(text: str, measured: str, met: bool) -> None:
+        out.append(f"| {text} | {measured} | {'met' if met else 'missed'} |")
+
+    rate = figure("local disk", "on", "max", "rate")
+    goal("single-message durable produce ≥ 15k req/s (wrk, 64 connections)", f"{rate:,.0f}", rate >= 15_000)
+    redis = peers.get("Redis Streams")
+    if redis is not None:
+        single = redis["single"]
+        assert isinstance(single, Latencies)
+        goal("… and ≥ 1.0x Redis Streams (`appendfsync always`)", f"{rate / single.rate:.2f}x", rate >= single.rate)
+    p99 = figure("local disk", "on", "fixed", "p99_ms")
+    goal("p99 at half the maximum load ≤ 5 ms, local disk", f"{p99:.1f} ms", p99 <= 5)
+    if ("HDFS", "on") in rows:
+        ratio = figure("HDFS", "on", "max", "rate") / max(figure("HDFS", "off", "max", "rate"), 1e-9)
+        goal("group commit on/off ≥ 10x, HDFS", f"{ratio:.1f}x", ratio >= 10)
+        p99 = figure("HDFS", "on", "fixed", "p99_ms")
+        hsync = figure("HDFS", "on", "sync", "p99_ms")
+        goal(
+            "p99 at half the maximum load ≤ 1.5x the p99 of one raw `hsync`, HDFS",
+            f"{p99:.1f} ms = {p99 / hsync:.2f}x ({hsync:.1f} ms)",
+            p99 <= 1.5 * hsync,
+        )
+    sdk = max(batched["talos_mib_s"], batched["many_mib_s"]) / batched["raw_mib_s"]
+    goal("SDK producer, 1 KiB, durable ≥ 0.5x raw `write`+`fdatasync`", f"{sdk:.2f}x", sdk >= 0.5)
+    return out
 
 
 def main() -> None:

@@ -31,7 +31,8 @@ def test_the_benchmark_prints_its_tables(tmp_path: Path) -> None:
     assert text in run.stdout
     for row in ("| local disk | on |", "| local disk | off |", "raw `write` + `fdatasync`", "| Redis Streams |",
                 "| NATS JetStream |", "Talos / Redis Streams", "group commit on/off",
-                "SDK producer, zstd, JSON log lines"):  # fmt: skip
+                "SDK producer, zstd, JSON log lines", "`send_many()` of 1000", "SDK consumer",
+                "### Against the goals (this run)"):  # fmt: skip
         assert row in text, row
     on = next(line for line in text.splitlines() if line.startswith("| local disk | on |"))
     assert float(on.split("|")[3].replace(",", "")) > 0  # a measured rate, not a placeholder

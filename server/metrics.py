@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = [
@@ -47,7 +47,42 @@ REGISTRY = CollectorRegistry()
 _children: dict[tuple[Any, ...], Any] = {}
 
 
-def _child(metric: Counter, *labels: str) -> Any:
+class _Series:
+    """One labelled series of a :class:`_LoopCounter`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class _LoopCounter(Collector):
+    """A labelled counter for what every produce and fetch bumps, from the event loop only: a plain float per
+    series, read at scrape time. ``prometheus_client``'s ``Counter.inc`` takes a lock per call; five of them per
+    request were a measurable part of the produce path (docs/performance.md)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+        self._name, self._documentation, self._labelnames = name, documentation, labelnames
+        self._series: dict[tuple[str, ...], _Series] = {}
+        REGISTRY.register(self)
+
+    def labels(self, *labels: str) -> _Series:
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = _Series()
+        return series
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
+        for labels, series in list(self._series.items()):
+            family.add_metric(list(labels), series.value)
+        yield family
+
+
+def _child(metric: Counter | _LoopCounter, *labels: str) -> Any:
     key = (id(metric), *labels)
     child = _children.get(key)
     if child is None:
@@ -55,10 +90,10 @@ def _child(metric: Counter, *labels: str) -> Any:
     return child
 
 
-_messages_in = Counter("talos_messages_in", "Messages produced", ["topic"], registry=REGISTRY)
-_bytes_in = Counter("talos_bytes_in", "Request bytes produced", ["topic"], registry=REGISTRY)
-_bytes_out = Counter("talos_bytes_out", "Batch bytes fetched", ["topic"], registry=REGISTRY)
-_reads = Counter("talos_fetch_reads", "Fetches answered, by where the data came from", ["source"], registry=REGISTRY)
+_messages_in = _LoopCounter("talos_messages_in", "Messages produced", ["topic"])
+_bytes_in = _LoopCounter("talos_bytes_in", "Request bytes produced", ["topic"])
+_bytes_out = _LoopCounter("talos_bytes_out", "Batch bytes fetched", ["topic"])
+_reads = _LoopCounter("talos_fetch_reads", "Fetches answered, by where the data came from", ["source"])
 _partitions = Gauge("talos_loaded_partitions", "Partitions this server has loaded", registry=REGISTRY)
 _cache = Gauge("talos_tail_cache_bytes", "Bytes held by the tail cache", registry=REGISTRY)
 _forwarded = Counter(
@@ -100,23 +135,20 @@ _throttled = Counter(
     registry=REGISTRY,
 )
 
-_usage_bytes = Counter(
+_usage_bytes = _LoopCounter(
     "talos_usage_bytes",
     "Bytes in and out, by tenant/topic/partition (at the owner)",
     ["tenant", "topic", "partition"],
-    registry=REGISTRY,
 )
-_usage_messages = Counter(
+_usage_messages = _LoopCounter(
     "talos_usage_messages",
     "Messages in and out, by tenant/topic/partition",
     ["tenant", "topic", "partition"],
-    registry=REGISTRY,
 )
-_usage_errors = Counter(
+_usage_errors = _LoopCounter(
     "talos_usage_errors",
     "Failed requests, by tenant/topic/partition",
     ["tenant", "topic", "partition"],
-    registry=REGISTRY,
 )
 
 

@@ -226,6 +226,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.cycle = HotCycle(
             fast,
             hot,
+            fast.body_limit(hot),
             parsed.query or b"",
             scope=scope,
             transport=self.transport,
@@ -248,6 +249,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_progress = self.loop.time()
+        cycle = self.cycle
+        if type(cycle) is HotCycle:
+            # A hot request's body is read whole (its size was checked against the limit when its head came):
+            # no pause and no wake-up of the handler per 64 KiB, as uvicorn does for ASGI's ``receive``.
+            if not cycle.response_complete:
+                cycle.take(body, self.flow)
+            return
         super().on_body(body)
 
     def on_message_complete(self) -> None:

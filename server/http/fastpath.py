@@ -132,7 +132,7 @@ def route(method: str, path: str) -> Route | None:
 
 
 #: Reads a hot request's body: ``(limit, declared content-length) -> body``, 413 (:class:`ApiError`) over the limit.
-BodyReader = Callable[[int, str | None], Awaitable[bytes]]
+BodyReader = Callable[[int, str | None], Awaitable[bytes | bytearray]]
 
 
 class FastPath:
@@ -170,6 +170,10 @@ class FastPath:
         except ConnectionResetError:
             return
         await _send(send, reply)
+
+    def body_limit(self, hot: Route) -> int:
+        """The most body bytes ``hot`` may send (every hot request but produce has none to send)."""
+        return self._broker().config.max_request_bytes if hot.kind == "produce" else MAX_ADMIN_BODY
 
     async def answer(self, hot: Route, headers: dict[str, str], raw_query: bytes, body: BodyReader) -> Reply:
         """Authenticate, authorize and answer a hot request (``headers``: lower-case names; changed in place).

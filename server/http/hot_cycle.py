@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from server.errors import ApiError
@@ -29,11 +30,20 @@ log = logging.getLogger("talos.server")
 class HotCycle(RequestResponseCycle):
     """A hot request's cycle: ``run_asgi`` ignores the ASGI app and answers through :class:`FastPath`."""
 
-    def __init__(self, fast: FastPath, hot: Route, raw_query: bytes, **uvicorn_cycle: Any) -> None:
+    def __init__(self, fast: FastPath, hot: Route, body_limit: int, raw_query: bytes, **uvicorn_cycle: Any) -> None:
         super().__init__(**uvicorn_cycle)
         self._fast = fast
         self._hot = hot
+        self._body_limit = body_limit
         self._raw_query = raw_query
+
+    def take(self, chunk: bytes, flow: FlowControl) -> None:
+        """A chunk of the body, from the protocol. The handler is woken once the body is complete (by
+        ``on_message_complete``) or over the limit, not per chunk."""
+        self.body += chunk
+        if len(self.body) > self._body_limit:
+            flow.pause_reading()
+            self.message_event.set()
 
     async def run_asgi(self, app: object) -> None:
         try:
@@ -50,7 +60,7 @@ class HotCycle(RequestResponseCycle):
         finally:
             self.on_response = _nothing
 
-    async def _read_body(self, limit: int, declared: str | None) -> bytes:
+    async def _read_body(self, limit: int, declared: str | None) -> bytearray:
         check_declared_length(limit, declared)
         while self.more_body:
             if len(self.body) > limit:
@@ -67,8 +77,8 @@ class HotCycle(RequestResponseCycle):
             raise ConnectionResetError("client went away")
         if len(self.body) > limit:
             raise ApiError(413, "REQUEST_TOO_LARGE", f"request body over the limit of {limit} bytes")
-        body, self.body = bytes(self.body), bytearray()
-        return body
+        body, self.body = self.body, bytearray()
+        return body  # the bytearray itself: a batch produce stores it without a copy
 
     def _respond(self, reply: Reply) -> None:
         self.response_started = True

@@ -261,7 +261,7 @@ async def _forward(
 
 
 async def _produce_json(
-    broker: Broker, topic: str, fixed_partition: int | None, headers: Mapping[str, str], body: bytes
+    broker: Broker, topic: str, fixed_partition: int | None, headers: Mapping[str, str], body: bytes | bytearray
 ) -> Reply:
     config = broker.topic(topic)
     try:
@@ -317,7 +317,7 @@ async def _produce_json(
     return Reply(200, orjson.dumps({"results": results}))
 
 
-def batch_spans(body: bytes) -> list[tuple[int, int, int]]:
+def batch_spans(body: bytes | bytearray) -> list[tuple[int, int, int]]:
     """``(position, length, record_count)`` of each batch of a binary produce body, every batch validated
     (CRC, header, each record's framing and the count) before anything of the request is queued: a batch
     that does not decode would make fetches of the partition fail, and a false count moves its offsets."""
@@ -336,12 +336,17 @@ def batch_spans(body: bytes) -> list[tuple[int, int, int]]:
 
 
 async def _produce_batches(
-    broker: Broker, topic: str, partition: int, headers: Mapping[str, str], query: Mapping[str, str], body: bytes
+    broker: Broker,
+    topic: str,
+    partition: int,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    body: bytes | bytearray,
 ) -> Reply:
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
-        return await _forward(broker, exc.owner, "POST", topic, partition, "messages", headers, query, body)
+        return await _forward(broker, exc.owner, "POST", topic, partition, "messages", headers, query, bytes(body))
     durable = query.get("acks", "durable") != "accepted"
     _check_session(loaded, query)
     spans = batch_spans(body)
@@ -355,8 +360,9 @@ async def _produce_batches(
         usage.update(bytes_in=len(body), messages_in=records)
         await pay(buckets, len(body))
         # Validated above (batch_spans): the log need not check the CRC a second time.
-        if len(spans) == 1:
-            answers = [await loaded.produce(bytearray(view), durable=durable, verify=False)]
+        if len(spans) == 1:  # the whole body is the batch: a bytearray (the hot path's) is stored as it is
+            batch = body if isinstance(body, bytearray) else bytearray(body)
+            answers = [await loaded.produce(batch, durable=durable, verify=False)]
         else:
             answers = await asyncio.gather(
                 *(loaded.produce(bytearray(view[p : p + n]), durable=durable, verify=False) for p, n, _ in spans)
@@ -375,7 +381,12 @@ async def _produce_batches(
 
 
 async def produce(
-    broker: Broker, topic: str, partition: int | None, headers: Mapping[str, str], query: Mapping[str, str], body: bytes
+    broker: Broker,
+    topic: str,
+    partition: int | None,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    body: bytes | bytearray,
 ) -> Reply:
     """``POST /v1/topics/{t}/messages`` (partition None) and ``.../partitions/{p}/messages``."""
     content_type = headers.get("content-type", "").split(";")[0].strip()
@@ -385,7 +396,7 @@ async def produce(
         broker.check_partition(topic, partition)
         owner = broker.owner(topic, partition)
         if not owner.local:
-            return await _forward(broker, owner, "POST", topic, partition, "messages", headers, query, body)
+            return await _forward(broker, owner, "POST", topic, partition, "messages", headers, query, bytes(body))
     return await _produce_json(broker, topic, partition, headers, body)
 
 

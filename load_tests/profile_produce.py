@@ -61,7 +61,7 @@ def profile(source: Path | None, seconds: float, rate_hz: int) -> tuple[float, d
     wrk, spy = shutil.which("wrk"), Path(sys.executable).with_name("py-spy")
     if wrk is None or not spy.exists():
         raise SystemExit("needs wrk and py-spy (scripts/install --dev)")
-    env = {"TALOS_LOG_LEVEL": "warning", **({"PYTHONPATH": str(source)} if source else {})}
+    env = {"TALOS_LOG_LEVEL": "warning"}
     with tempfile.TemporaryDirectory(prefix="talos-profile-") as scratch:
         base = Path(scratch)
         script = base / "post.lua"
@@ -69,7 +69,7 @@ def profile(source: Path | None, seconds: float, rate_hz: int) -> tuple[float, d
         script.write_text(
             f"wrk.method = 'POST'\nwrk.body = '{body}'\nwrk.headers['Content-Type'] = 'application/json'\n"
         )
-        server = StandaloneServer(base / "data", env=env)
+        server = StandaloneServer(base / "data", env=env, source=source)
         try:
             server.start()
             assert server.process is not None

@@ -15,9 +15,16 @@ class StandaloneServer:
     """``talos standalone`` on a free port with its data in ``data_dir``; ready when ``/readyz`` answers."""
 
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        source: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.source = source  # run the server of this checkout (its modules come first: the working directory)
         self.port = port or free_port()
         self.args = args
         self.env = env
@@ -46,6 +53,7 @@ class StandaloneServer:
             "talos",
             argv,
             log_path=self.data_dir.parent / f"server-{self.port}.log",
+            cwd=self.source,
             env={**os.environ, **(self.env or {})},
         )
         self.process.start()

@@ -350,7 +350,7 @@ class PartitionLog:
         if self._error is not None:
             raise self._error
 
-    def append(self, batch: Buffer, *, verify: bool = True) -> tuple[int, int]:
+    def append(self, batch: Buffer, *, verify: bool = True, header: BatchHeader | None = None) -> tuple[int, int]:
         """Assign offsets to one encoded batch and queue it for the next :meth:`flush`.
 
         Returns ``(base_offset, next_offset)``. Nothing is durable (or readable) before the flush.
@@ -362,7 +362,10 @@ class PartitionLog:
         the next one.
         """
         self._check()
-        header: BatchHeader = verify_batch(batch) if verify else read_header(batch)
+        if verify:
+            header = verify_batch(batch)
+        elif header is None:  # else the caller read it already
+            header = read_header(batch)
         if header.length != len(batch):
             raise CorruptBatchError(f"buffer holds {len(batch)} bytes, the batch says {header.length}")
         copy = batch if isinstance(batch, bytearray) else bytearray(batch)

@@ -181,15 +181,19 @@ class Accumulator(Generic[F]):
 
     def _open(self, topic: str, partition: int, size: int, now: float) -> PendingBatch[F]:
         """The partition's open batch with room for ``size`` more bytes (a new one if there is none), counted."""
+        batch = self._with_room(topic, partition, size, now)
+        batch.size += size
+        self.buffered_bytes += size
+        return batch
+
+    def _with_room(self, topic: str, partition: int, size: int, now: float) -> PendingBatch[F]:
+        """The partition's open batch if ``size`` more bytes fit it (or it is empty), else a new one."""
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._queues[(topic, partition)] = deque()
         if not queue or (queue[-1].size + size > self.batch_bytes and queue[-1].count):
             queue.append(PendingBatch(topic, partition, now))
-        batch = queue[-1]
-        batch.size += size
-        self.buffered_bytes += size
-        return batch
+        return queue[-1]
 
     def add_values(
         self,
@@ -204,13 +208,8 @@ class Accumulator(Generic[F]):
         """Queue records ``start..`` of ``values`` (and ``keys``; ``sizes`` from :func:`record_sizes`) that fit the
         partition's open batch (a new one when that is full; at least one record). Returns the batch,
         the index in it of record ``start``, and the index in ``values`` after the last record queued."""
-        queue = self._queues.get((topic, partition))
-        if queue is None:
-            queue = self._queues[(topic, partition)] = deque()
         before = sizes[start - 1] if start else 0
-        if not queue or (queue[-1].size + sizes[start] - before > self.batch_bytes and queue[-1].count):
-            queue.append(PendingBatch(topic, partition, now))
-        batch = queue[-1]
+        batch = self._with_room(topic, partition, sizes[start] - before, now)
         end = max(bisect_right(sizes, before + self.batch_bytes - batch.size, lo=start), start + 1)
         first = batch.append_values(None if keys is None else keys[start:end], values[start:end])
         added = sizes[end - 1] - before

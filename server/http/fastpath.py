@@ -185,7 +185,7 @@ class FastPath:
             broker = self._broker()
             authorize_message(broker, principal, topic, hot.kind)
             if hot.kind == "produce":
-                data = await body(broker.config.max_request_bytes, headers.get("content-length"))
+                data = await body(self.body_limit(hot), headers.get("content-length"))
                 return await messages.produce(broker, topic, partition, headers, query, data)
             assert partition is not None
             if hot.kind == "fetch":

@@ -28,7 +28,7 @@ from server import metrics
 from server.errors import ApiError
 from server.partition.producers import Duplicate, ProducerStates
 from server.partition.tailcache import PartitionTail
-from talos import HEADER_SIZE, BatchError, BatchHeader, CorruptBatchError, decode_records, iter_batches, read_header
+from talos import BatchError, BatchHeader, decode_records, iter_batches, read_header
 
 log = logging.getLogger("talos.server")
 
@@ -162,9 +162,10 @@ class LoadedPartition:
     async def produce(self, batch: bytearray, *, durable: bool = True, verify: bool = True) -> ProduceResult:
         """Store one batch: offsets are assigned here, on the event loop (a header read, the producer check and
         a copy into the log's pending buffer); only the flush of the whole group goes to an I/O thread."""
-        if len(batch) < HEADER_SIZE:
-            raise as_api_error(CorruptBatchError(f"{len(batch)} bytes cannot hold a batch header"))
-        header = read_header(batch, whole=False)
+        try:
+            header = read_header(batch, whole=False)
+        except BatchError as exc:
+            raise as_api_error(exc) from None
         if self._epochs is not None and header.producer_id >= 0 and header.producer_id not in self._verified:
             # Asked on the read pool (never inside a flush); a fence that arrives meanwhile still counts.
             newest = await asyncio.get_running_loop().run_in_executor(
@@ -188,7 +189,7 @@ class LoadedPartition:
                 base = verdict.base_offset
                 end = base + header.record_count if base >= 0 else -1
                 return ProduceResult(base, end, durable_offset, self.log.epoch, True, self.version)
-            base, end = self.log.append(batch, verify=verify)
+            base, end = self.log.append(batch, verify=verify, header=header)
         except (BatchError, LogError) as exc:
             raise as_api_error(exc) from None
         self.producers.record(header, base)

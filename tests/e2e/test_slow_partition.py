@@ -100,16 +100,29 @@ def test_a_slow_partition_does_not_stall_other_partitions_writes(busy_server: St
 
     with httpx.Client(base_url=url, timeout=60) as client:
         before = client.get("/v1/topics/quick/partitions/0/offsets").json()["latest"]
+        metrics_before = client.get("/metrics").text
     quick = _under_load([threading.Thread(target=busy_writer) for _ in range(3)], stop, url)
     assert errors == []
     with httpx.Client(base_url=url, timeout=60) as client:
         assert client.get("/v1/topics/quick/partitions/0/offsets").json()["latest"] == before + len(quick)
+        metrics_after = client.get("/metrics").text
     assert len(busy_latencies) >= 5, "the busy partition did not get going"
     busy, quick_median = statistics.median(busy_latencies), statistics.median(quick)
-    print(f"busy partition: median {busy * 1000:.0f} ms per 4 MiB write; quick: median {quick_median * 1000:.1f} ms")
-    # Queued behind the busy partition's flush, a quick write would wait a good part of one; here it takes
-    # a small fraction of one.
-    assert quick_median < busy / 4
+    queued, ran = (
+        _metric(metrics_after, f'talos_io_{what}_seconds{{pool="write"}}')
+        - _metric(metrics_before, f'talos_io_{what}_seconds{{pool="write"}}')
+        for what in ("queue", "run")
+    )
+    print(
+        f"busy partition: median {busy * 1000:.0f} ms per 4 MiB write; quick: median {quick_median * 1000:.1f} ms; "
+        f"write tasks queued {queued:.2f} s, ran {ran:.2f} s"
+    )
+    # With one write thread for all (measured with TALOS_IO_THREADS=1), the quick partition's flushes wait
+    # in the queue behind the busy one's: queued ~0.5 of the time run, and a quick write takes more than
+    # half a busy one. Here the flushes hardly queue (~0.05), and a quick write pays only its own sync,
+    # which the disk slows while megabytes are written beside it (so its latency is a loose check).
+    assert queued < ran / 5
+    assert quick_median < busy / 2
 
 
 @pytest.mark.slow

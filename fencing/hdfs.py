@@ -106,9 +106,16 @@ class HdfsFileSystem(FileSystem):
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
-            with storage_errors("recover lease of", path):
-                if self._client.recover_lease(path):
-                    return
+            try:
+                with storage_errors("recover lease of", path):
+                    if self._client.recover_lease(path):
+                        return
+            except FileExistsError:
+                # AlreadyBeingCreatedException (hdfs-native reports it as an existing file): the writer was
+                # closing the file, and its last block is committed but not yet reported by a DataNode. The
+                # NameNode says "try again later"; the file itself is still there (a missing one raises
+                # FileNotFoundError, which the takeover looks at again).
+                pass
             if time.monotonic() > deadline:
                 raise StorageError(f"lease of {path} not recovered within {timeout:.0f}s")
             time.sleep(delay)

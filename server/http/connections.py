@@ -4,10 +4,12 @@ uvicorn's httptools protocol closes idle keep-alive connections and nothing else
 its request head, or stalls in its body, stays open for ever, and every accepted connection holds a file
 descriptor until the process hits EMFILE (then /healthz, produce and the security re-read fail). This subclass adds:
 
-* a deadline per request, one timer armed when a request head is awaited (on connect, after each response) and
-  cancelled once the request is complete, so the hot path pays one ``call_later`` and one ``cancel`` per request:
-  a head not complete within ``header_timeout_s`` gets 408; a body with no bytes for ``body_idle_timeout_s``, or
-  not complete within ``body_timeout_s``, gets 408 (or a close, if the answer has started);
+* deadlines per request: a head not complete within ``header_timeout_s`` gets 408; a body with no bytes for
+  ``body_idle_timeout_s``, or not complete within ``body_timeout_s``, gets 408 (or a close, if the answer has
+  started); a keep-alive connection with no byte of a next request for ``keep_alive_timeout_s`` is closed. One
+  watchdog timer per connection enforces them all: a request only moves the deadlines (floats), and the timer,
+  when it fires, acts on a deadline that has passed or sleeps until the next one. uvicorn instead arms and
+  cancels a keep-alive timer per request, and a timer per request showed in the hot path's profile;
 * a cap on the request head's size (httptools buffers a header of any length);
 * a cap on open connections: one over it is answered 503 (retriable) and closed at once, so it costs a descriptor
   for microseconds and connections already open (well-behaved keep-alive clients) carry on;
@@ -156,8 +158,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self._deadline: asyncio.TimerHandle | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_at = 0.0
         self._phase = _HEAD
+        self._head_due = 0.0  # the head must be complete by then
+        self._idle_until = 0.0  # keep-alive: 0.0 once a byte of the next request came
         self._head_bytes = 0
         self._requests = 0
         self._body_started = 0.0
@@ -171,16 +176,18 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._log_refusal()
             return
         super().connection_made(transport)
-        self._arm(self.limits.header_timeout_s)
+        self._head_due = self.loop.time() + self.limits.header_timeout_s
+        self._watch(self._head_due)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._unwatch()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._phase != _HEAD:
             super().data_received(data)
             return
+        self._idle_until = 0.0
         # The chunk may end the head and carry a body: only a head still incomplete after it is too large.
         self._head_bytes += len(data)
         super().data_received(data)
@@ -189,14 +196,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._phase == _APP:  # a pipelined request: its head starts now
+            self._head_due = self.loop.time() + self.limits.header_timeout_s
+            self._watch(self._head_due)
         self._phase = _HEAD
-        if self._deadline is None:  # a pipelined request: its head starts now
-            self._arm(self.limits.header_timeout_s)
 
     def on_headers_complete(self) -> None:
         self._phase = _BODY
         self._head_bytes = 0
-        self._body_started = self._body_progress = self.loop.time()
+        self._body_started = self._body_progress = now = self.loop.time()
+        limits = self.limits
+        self._watch(now + min(limits.body_idle_timeout_s, limits.body_timeout_s))
         if not self._start_hot():
             super().on_headers_complete()
         self._requests += 1
@@ -264,54 +274,74 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self.cycle is not None and self.cycle.response_complete:
             self._await_next_head()
         else:
-            self._phase = _APP
-            self._disarm()
+            self._phase = _APP  # no deadline while the app answers (a fetch may wait for messages)
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        # uvicorn's, without its keep-alive timer per response: the watchdog closes an idle connection.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
         # Not while a pipelined request (now self.cycle) is being read or answered.
-        if self._phase == _APP and self.cycle.response_complete and not self.transport.is_closing():
+        if self._phase == _APP and self.cycle.response_complete:
             self._await_next_head()
 
     def _await_next_head(self) -> None:
-        # uvicorn's keep-alive timer closes an idle connection but any byte cancels it (a lone CRLF every few
-        # seconds would keep the connection for ever): this deadline bounds the wait for the next head.
+        # uvicorn's keep-alive closes an idle connection but any byte ends it (a lone CRLF every few seconds
+        # would keep the connection for ever): the head must also be complete by its deadline.
         self._phase = _HEAD
-        self._arm(self.timeout_keep_alive + self.limits.header_timeout_s)
+        now = self.loop.time()
+        self._idle_until = now + self.timeout_keep_alive
+        self._head_due = self._idle_until + self.limits.header_timeout_s
+        self._watch(self._idle_until)
 
-    def _arm(self, delay: float) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(delay, self._expired)
+    def _watch(self, at: float) -> None:
+        """Have the watchdog look at the connection at ``at`` at the latest."""
+        if self._watchdog is not None:
+            if self._watchdog_at <= at:
+                return
+            self._watchdog.cancel()
+        self._watchdog_at = at
+        self._watchdog = self.loop.call_at(at, self._expired)
 
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+    def _unwatch(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     def _expired(self) -> None:
-        self._deadline = None
+        self._watchdog = None
         if self.transport.is_closing():
             return
+        now = self.loop.time()
         if self._phase == _HEAD:
-            idle = self.cycle is None or self.cycle.response_complete
-            self._close_with(_HEAD_TIMEOUT if idle else b"")
+            if self._idle_until and now >= self._idle_until:  # no byte of a next request: uvicorn's keep-alive
+                self.transport.close()
+                return
+            if now >= self._head_due:
+                idle = self.cycle is None or self.cycle.response_complete
+                self._close_with(_HEAD_TIMEOUT if idle else b"")
+                return
+            self._watch(min(self._head_due, self._idle_until or self._head_due))
             return
         if self._phase != _BODY:
-            return
-        now = self.loop.time()
+            return  # the app has the request: watched again once it is answered
         if self.flow.read_paused:  # we, not the client, hold the body up
             self._body_progress = now
         due = min(
             self._body_progress + self.limits.body_idle_timeout_s, self._body_started + self.limits.body_timeout_s
         )
         if now < due:
-            self._deadline = self.loop.call_later(due - now, self._expired)
+            self._watch(due)
             return
         started = self.cycle is not None and self.cycle.response_started
         self._close_with(b"" if started else _BODY_TIMEOUT)
 
     def _close_with(self, response: bytes) -> None:
-        self._disarm()
+        self._unwatch()
         if response:
             self.transport.write(response)
         self.transport.close()

@@ -370,3 +370,62 @@ def test_sustained_flood_at_a_low_descriptor_limit(tmp_path: Path) -> None:
         assert "Too many open files" not in process.log_path.read_text(errors="replace")
     finally:
         process.stop()
+
+
+def test_keep_alive_deadlines_close_idle_and_trickling_connections_not_busy_ones(tmp_path: Path) -> None:
+    """One watchdog per connection keeps all its deadlines: an idle keep-alive connection is closed silently
+    after the keep-alive timeout, one trickling a next head gets 408 once keep-alive plus head timeout have
+    passed, and a connection busy with requests for longer than either is never cut off."""
+    keep_alive, head = 1.0, 1.5
+    env = {"TALOS_KEEP_ALIVE_TIMEOUT_S": str(keep_alive), "TALOS_HEADER_TIMEOUT_S": str(head)}
+    with running_standalone(tmp_path / "data", env=env) as server:
+        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+        def answered(sock: socket.socket) -> bytes:
+            """The status line of the answer to one request; its body read too."""
+            sock.sendall(request)
+            received = b""
+            while b"\r\n\r\n" not in received or len(received.partition(b"\r\n\r\n")[2]) < length(received):
+                chunk = sock.recv(65536)
+                assert chunk, "closed instead of answered"
+                received += chunk
+            return received.split(b"\r\n", 1)[0]
+
+        def length(received: bytes) -> int:
+            for line in received.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    return int(line.split(b":")[1])
+            return 0
+
+        idle, trickling = connect(server), connect(server)
+        with contextlib.closing(idle), contextlib.closing(trickling):
+            for sock in (idle, trickling):
+                sock.setblocking(True)
+                assert answered(sock) == b"HTTP/1.1 200 OK"
+                sock.setblocking(False)
+            answered_at = time.monotonic()
+            closed: dict[int, tuple[float, bytes]] = {}
+            started = False
+            while len(closed) < 2 and time.monotonic() < answered_at + keep_alive + head + 3:
+                if trickling.fileno() not in closed:
+                    with contextlib.suppress(OSError):
+                        trickling.send(b"a" if started else b"GET /healthz HTTP/1.1\r\nX-Slow: ")  # never ends
+                    started = True
+                closed.update(
+                    wait_closed([s for s in (idle, trickling) if s.fileno() not in closed], time.monotonic() + 0.2)
+                )
+            assert idle.fileno() in closed and trickling.fileno() in closed, "an idle keep-alive connection was kept"
+            idle_at, idle_answer = closed[idle.fileno()]
+            trickled_at, trickled_answer = closed[trickling.fileno()]
+            assert idle_answer == b"" and keep_alive - 0.3 < idle_at - answered_at < keep_alive + 1.0
+            assert trickled_answer.startswith(b"HTTP/1.1 408 "), trickled_answer[:200]
+            assert keep_alive + head - 0.3 < trickled_at - answered_at < keep_alive + head + 1.0
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as busy:
+            started = time.monotonic()
+            count = 0
+            while time.monotonic() < started + keep_alive + head + 1:
+                assert answered(busy) == b"HTTP/1.1 200 OK"
+                count += 1
+                time.sleep(0.05)
+            assert count > 20

@@ -413,12 +413,15 @@ def _walk_records_py(buf: Buffer, start: int, end: int, count: int) -> None:
 walk_records: Callable[[Buffer, int, int, int], None] = _walk_records_py
 
 
-def decode_records(buf: Buffer, pos: int = 0, *, verify: bool = True) -> list[Record]:
-    """Decode every record of the batch at ``pos``; raises :class:`BatchError` if any is damaged."""
+def decode_records(
+    buf: Buffer, pos: int = 0, *, verify: bool = True, max_decompressed: int = MAX_DECOMPRESSED_SIZE
+) -> list[Record]:
+    """Decode every record of the batch at ``pos``; raises :class:`BatchError` if any is damaged, or if it is
+    compressed and its records take more than ``max_decompressed`` bytes."""
     header = verify_batch(buf, pos) if verify else read_header(buf, pos)
     start, end = pos + HEADER_SIZE, pos + header.length
     if header.flags:
-        buf = decompress(header.flags, memoryview(buf)[start:end], max_size=MAX_DECOMPRESSED_SIZE)
+        buf = decompress(header.flags, memoryview(buf)[start:end], max_size=max_decompressed)
         start, end = 0, len(buf)
     if header.record_count > (end - start) // MIN_RECORD_SIZE:
         raise CorruptBatchError(f"the header counts {header.record_count} records; they cannot fit")
@@ -479,15 +482,18 @@ class DecodedBatch:
     error: BatchError | None = None
 
 
-def decode_batches(buf: Buffer, pos: int = 0, *, verify: bool = True) -> Iterator[DecodedBatch]:
+def decode_batches(
+    buf: Buffer, pos: int = 0, *, verify: bool = True, max_decompressed: int = MAX_DECOMPRESSED_SIZE
+) -> Iterator[DecodedBatch]:
     """Decode consecutive batches. A damaged batch whose header is readable comes back with ``error`` and
-    no records, so a reader can step past it to ``header.next_offset`` instead of failing on stored data.
-    A header that cannot be read raises :class:`BatchError`: nothing after it can be found."""
+    no records, so a reader can step past it to ``header.next_offset`` instead of failing on stored data
+    (so does a compressed one over ``max_decompressed``). A header that cannot be read raises
+    :class:`BatchError`: nothing after it can be found."""
     end = len(buf)
     while pos < end:
         header = read_header(buf, pos)
         try:
-            decoded = DecodedBatch(header, decode_records(buf, pos, verify=verify))
+            decoded = DecodedBatch(header, decode_records(buf, pos, verify=verify, max_decompressed=max_decompressed))
         except BatchError as exc:
             decoded = DecodedBatch(header, [], exc)
         yield decoded

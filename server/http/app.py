@@ -149,7 +149,12 @@ _FETCH_SCHEMA: dict[str, Any] = {
     "parameters": [
         _query("offset", "the first offset to read", required=True),
         _query("max_messages", "at most this many messages (JSON answers)", low=1, high=100_000),
-        _query("max_bytes", "at most about this many bytes of batches", low=1, high=64 * 1024 * 1024),
+        _query(
+            "max_bytes",
+            "at most about this many bytes of stored batches (a JSON answer: of keys and values too)",
+            low=1,
+            high=64 * 1024 * 1024,
+        ),
         _query("wait_ms", "long poll: wait this long for data at offset (bounded by the server's max_wait_ms)"),
     ]
 }

@@ -23,6 +23,7 @@ import orjson
 from server import metrics
 from server.broker import Broker, NotOwnerError
 from server.cluster import Owner
+from server.config import ServerConfig
 from server.errors import ApiError
 from server.http.forwarding import HOPS_HEADER
 from server.http.reply import JSON, Reply, answer_of
@@ -410,16 +411,31 @@ def _text_or_b64(name: str, data: bytes | None, into: dict[str, object]) -> None
         into[f"{name}_b64"] = base64.b64encode(data).decode()
 
 
-def _messages_json(batches: list[bytes | bytearray], offset: int, max_messages: int) -> dict[str, object]:
+def decompression_limit(config: ServerConfig) -> int:
+    """The most bytes of records the server decompresses from one batch (for a JSON answer or a quota's cut).
+
+    The server stores compressed batches without decompressing them, so one of a few KiB can hold a
+    decompression bomb; readers bound it (the SDK at 64 MiB, its own CPU). On the server the reader is one
+    fetch, billed the batch's stored bytes, on behalf of every tenant's event loop: it gets twice the largest
+    request the server takes (16 MiB by default), more than a producer's batch holds uncompressed."""
+    return 2 * config.max_request_bytes
+
+
+def _messages_json(
+    batches: list[bytes | bytearray], offset: int, max_messages: int, max_bytes: int, max_decompressed: int
+) -> dict[str, object]:
     """The JSON fetch answer's records from ``offset`` and its ``next_offset``. Pure.
 
     A stored batch that does not decode (written before the produce path validated records, or damaged on
-    disk) is stepped over, never a 500: its offsets go into ``skipped`` with the reason, and
-    ``next_offset`` moves past it so a consumer is not stuck on it."""
+    disk, or compressed records over ``max_decompressed``) is stepped over, never a 500: its offsets go into
+    ``skipped`` with the reason, and ``next_offset`` moves past it so a consumer is not stuck on it. The
+    answer ends once its keys and values reach ``max_bytes`` (after one record at least): the fetch's
+    ``max_bytes`` counts stored bytes, which a compressed batch multiplies."""
     out: list[dict[str, object]] = []
     skipped: list[dict[str, object]] = []
     next_offset = offset
-    for decoded in _stored_batches(batches):
+    size = 0
+    for decoded in _stored_batches(batches, max_decompressed):
         header = decoded.header
         if header.next_offset <= offset:
             continue
@@ -433,15 +449,16 @@ def _messages_json(batches: list[bytes | bytearray], offset: int, max_messages: 
                 continue
             out.append(_message_json(record))
             next_offset = record.offset + 1
-            if len(out) >= max_messages:
+            size += len(record.value or b"") + len(record.key or b"")
+            if len(out) >= max_messages or size >= max_bytes:
                 return _page(out, next_offset, skipped)
     return _page(out, next_offset, skipped)
 
 
-def _stored_batches(batches: list[bytes | bytearray]) -> Iterator[DecodedBatch]:
+def _stored_batches(batches: list[bytes | bytearray], max_decompressed: int) -> Iterator[DecodedBatch]:
     for batch in batches:
         try:
-            yield from decode_batches(batch, verify=False)
+            yield from decode_batches(batch, verify=False, max_decompressed=max_decompressed)
         except BatchError:
             # An unreadable header hides where the next batch starts. The log hands out only batches whose
             # headers it has read and the tail cache only validated ones, so this just ends the answer early.
@@ -489,7 +506,7 @@ async def fetch(
         result = await loaded.fetch(offset, max_bytes, wait_ms)
         batches = result.batches
         if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
-            batches = trim_to_allowance(batches, offset, allowance(buckets))
+            batches = trim_to_allowance(batches, offset, allowance(buckets), decompression_limit(broker.config))
         size = sum(len(b) for b in batches)
         await pay(buckets, size)
         usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in batches))
@@ -497,7 +514,12 @@ async def fetch(
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
         return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
-    body = _messages_json(batches, offset, max_messages)
+    limit = decompression_limit(broker.config)
+    if any(read_header(b, 0).flags for b in batches):
+        # Decompressing (megabytes, maybe) off the event loop: the codecs release the GIL meanwhile.
+        body = await loaded.on_read_pool(_messages_json, batches, offset, max_messages, max_bytes, limit)
+    else:
+        body = _messages_json(batches, offset, max_messages, max_bytes, limit)
     if "skipped" in body:
         log.warning("%s/%d: stepped over corrupt stored batches: %s", topic, partition, body["skipped"])
     body["high_watermark"] = result.high_watermark

@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server import metrics
@@ -33,6 +34,8 @@ from talos import BatchError, BatchHeader, decode_records, iter_batches, read_he
 log = logging.getLogger("talos.server")
 
 __all__ = ["FetchResult", "LoadedPartition", "ProduceResult", "as_api_error", "load_producer_states"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +311,11 @@ class LoadedPartition:
         metrics.read_from("storage")
         data = await asyncio.get_running_loop().run_in_executor(self._reads, self.log.read, offset, max_bytes)
         return FetchResult([data] if data else [], high, start)
+
+    async def on_read_pool(self, function: Callable[..., T], *args: object) -> T:
+        """Run CPU work of a read of this partition (decompressing a fetch's batches) on the read pool, not
+        on the event loop every partition's requests share."""
+        return await asyncio.get_running_loop().run_in_executor(self._reads, function, *args)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first offset whose batch has a record at or after ``timestamp_ms`` (latest if none)."""

@@ -15,8 +15,12 @@ from talos import BatchError, RecordData, decode_records, encode_batch
 __all__ = ["trim_to_allowance"]
 
 
-def trim_to_allowance(batches: Sequence[bytes | bytearray], offset: int, allowance: int) -> list[bytes | bytearray]:
-    """The batches, from ``offset``, holding at most ``allowance`` bytes (but at least one record)."""
+def trim_to_allowance(
+    batches: Sequence[bytes | bytearray], offset: int, allowance: int, max_decompressed: int
+) -> list[bytes | bytearray]:
+    """The batches, from ``offset``, holding at most ``allowance`` bytes (but at least one record). A
+    compressed batch is decompressed up to ``max_decompressed`` bytes to cut it; one that takes more is
+    served whole, as a corrupt one is, for its reader to decode or step over."""
     out: list[bytes | bytearray] = []
     used = 0
     for batch in batches:
@@ -25,10 +29,11 @@ def trim_to_allowance(batches: Sequence[bytes | bytearray], offset: int, allowan
             used += len(batch)
             continue
         try:
-            records = [r for r in decode_records(batch, verify=False) if r.offset >= offset]
+            records = decode_records(batch, verify=False, max_decompressed=max_decompressed)
         except BatchError:  # a corrupt stored batch: served as it is, for the reader to step over
             out.append(batch)
             break
+        records = [r for r in records if r.offset >= offset]
         kept: list[RecordData] = []
         size = 0
         for record in records:

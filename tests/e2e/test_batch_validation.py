@@ -13,6 +13,7 @@ import pytest
 from fencing import DirectoryEpochSource, PartitionLog, open_storage
 from server.topics import partition_dir
 from talos import HEADER_SIZE, Admin, Consumer, RecordData, crc32c, encode_batch
+from talos._compression import codec_named
 from talos.devservices import StandaloneServer
 
 ADMIN_TOKEN = "batch-validation-admin-token"
@@ -155,6 +156,33 @@ def test_garbage_inside_well_framed_records_is_stored_and_stepped_over(server: S
             if b"after" in values:
                 break
     assert values == [b"before", b"after"]
+
+
+def test_a_decompression_bomb_is_stored_but_the_server_decompresses_only_so_much(server: Server) -> None:
+    """A zstd batch of a few KiB holding a 20 MiB record is stored as it came (the server checks a compressed
+    batch's header and CRC only). The server's own JSON answer decompresses no more than twice its request
+    limit (16 MiB) and steps over it, saying why; the SDK consumer, which decompresses on its own CPU (up to
+    64 MiB), reads it whole."""
+    with Admin(server.instance.url, token=server.token) as tenant:
+        tenant.create_topic("bombs", partitions=1)
+    bomb = bytes(encode_batch([RecordData(bytes(20 << 20))], compression=codec_named("zstd")))
+    assert len(bomb) < 8192
+    body = bomb + bytes(encode_batch([RecordData(b"after")]))
+    with server.client() as http:
+        response = http.post("/v1/topics/bombs/partitions/0/messages", content=body, headers=BATCH)
+        assert response.status_code == 200, response.text
+        answer = http.get("/v1/topics/bombs/partitions/0/messages", params={"offset": 0}).json()
+    assert [(m["offset"], m["value"]) for m in answer["messages"]] == [(1, "after")]
+    [skipped] = answer["skipped"]
+    assert (skipped["base_offset"], skipped["next_offset"]) == (0, 1)
+    assert str(16 << 20) in skipped["error"]
+    with Consumer(server.instance.url, topics=["bombs"], token=server.token, start="earliest") as consumer:
+        values: list[bytes | None] = []
+        for _ in range(20):
+            values += [m.value for m in consumer.poll(timeout=1)]
+            if b"after" in values:
+                break
+    assert [len(v or b"") for v in values] == [20 << 20, 5]
 
 
 def test_still_readable_after_a_restart(server: Server) -> None:

@@ -81,7 +81,7 @@ def assert_fetchable(body: bytes, base_offset: int) -> bool:
         set_base_offset(batch, next_offset)
         stored += batch
         next_offset += count
-    answer = _messages_json([bytes(stored)], base_offset, 10**6)
+    answer = _messages_json([bytes(stored)], base_offset, 10**6, 1 << 40, 1 << 30)
     orjson.dumps(answer)  # the JSON answer can be rendered
     skipped = answer.get("skipped", [])
     assert isinstance(skipped, list)
@@ -167,7 +167,7 @@ def test_framing_attacks_are_refused(area: bytes, count: int, reason: str | None
 def test_garbage_inside_a_framed_record_is_stored_and_stepped_over(area: bytes) -> None:
     body = forged(GOOD, 1) + forged(area + GOOD, 2) + forged(GOOD, 1)
     assert assert_fetchable(body, 100)
-    answer = _messages_json([_stored(body, 100)], 100, 1000)
+    answer = _messages_json([_stored(body, 100)], 100, 1000, 1 << 40, 1 << 30)
     assert [m["offset"] for m in answer["messages"]] == [100, 103]  # type: ignore[attr-defined]
     [gap] = answer["skipped"]  # type: ignore[misc]
     assert (gap["base_offset"], gap["next_offset"]) == (101, 103)

@@ -224,12 +224,12 @@ def test_readers_decode_stored_compressed_batches() -> None:
     assert [(m.offset, m.key, m.value, m.headers, m.timestamp) for m in messages] == [
         (10 + i, r.key, r.value, tuple(r.headers), r.timestamp) for i, r in enumerate(RECORDS[:400])
     ]
-    answer = _messages_json([bytes(stored)], 150, 1000)  # the server's JSON fetch
+    answer = _messages_json([bytes(stored)], 150, 1000, 1 << 40, 1 << 30)  # the server's JSON fetch
     assert answer["next_offset"] == 410 and "skipped" not in answer
     assert [m["value"] for m in answer["messages"]] == [r.value.decode() for r in RECORDS[140:400]]  # type: ignore[attr-defined,union-attr]
     first = bytes(stored[: read_header(stored).length])  # a fetch quota cuts a compressed batch
     assert len(first) > 500
-    [cut] = trim_to_allowance([first], 50, 500)
+    [cut] = trim_to_allowance([first], 50, 500, 1 << 30)
     kept = decode_records(cut)
     assert kept and kept[0].offset == 50 and fields_of(kept) == fields_of(decode_records(first)[40 : 40 + len(kept)])
 
@@ -278,3 +278,32 @@ def test_an_unknown_compression_is_a_clear_value_error() -> None:
             Producer("http://127.0.0.1:9", compression=bad)
         with pytest.raises(ValueError, match="compression"):
             AsyncProducer("http://127.0.0.1:9", compression=bad)
+
+
+def test_the_servers_readers_decompress_a_bomb_only_up_to_their_limit() -> None:
+    """A batch of a few KiB that decompresses to 4 MiB (one record), then an ordinary one: a server reader
+    with a 1 MiB limit steps over the bomb in a JSON answer (with the reason) and serves it whole when a
+    quota cuts; the SDK's own limit (64 MiB) still reads it."""
+    bomb = bytearray(encode_batch([RecordData(bytes(4 << 20))], compression=Codec.ZSTD))
+    assert len(bomb) < 4096
+    after = bytearray(encode_batch([RecordData(b"after")]))
+    set_base_offset(after, 1)
+    stored = [bytes(bomb) + bytes(after)]
+    answer = _messages_json(stored, 0, 1000, 1 << 20, 1 << 20)
+    assert [m["value"] for m in answer["messages"]] == ["after"]  # type: ignore[index,union-attr]
+    [skipped] = answer["skipped"]  # type: ignore[misc]
+    assert skipped["base_offset"] == 0 and "the limit is 1048576" in skipped["error"]  # type: ignore[index]
+    assert trim_to_allowance([bytes(bomb)], 0, 100, 1 << 20) == [bytes(bomb)]
+    assert len(decode_records(bomb)[0].value or b"") == 4 << 20
+
+
+def test_a_json_answer_ends_once_its_records_reach_max_bytes() -> None:
+    """The fetch's max_bytes counts stored bytes, which compression multiplies: the JSON answer also stops
+    at max_bytes of keys and values (one record at least), so 200 KiB stored cannot become megabytes of JSON."""
+    records = [RecordData(bytes(100_000)) for _ in range(30)]  # 3 MB of records
+    stored = bytes(encode_batch(records, compression=Codec.ZSTD))
+    assert len(stored) < 200_000
+    answer = _messages_json([stored], 0, 1000, 250_000, 1 << 30)
+    assert len(answer["messages"]) == 3 and answer["next_offset"] == 3  # type: ignore[arg-type]
+    one = _messages_json([stored], 5, 1000, 1, 1 << 30)
+    assert len(one["messages"]) == 1 and one["next_offset"] == 6  # type: ignore[arg-type]

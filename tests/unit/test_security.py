@@ -246,13 +246,13 @@ def offsets_of(batches: list[bytes | bytearray]) -> list[int]:
 def test_an_answer_over_the_allowance_keeps_whole_batches_then_the_records_that_fit() -> None:
     small = encode_batch([RecordData(b"a" * 100)] * 3, base_offset=0)  # offsets 0..2
     big = encode_batch([RecordData(b"b" * 1000, b"k")] * 50, base_offset=3)  # 3..52, ~50 KB
-    assert trim_to_allowance([small, big], 0, 10**9) == [small, big]
-    cut = trim_to_allowance([small, big], 0, len(small) + 5000)
+    assert trim_to_allowance([small, big], 0, 10**9, 1 << 30) == [small, big]
+    cut = trim_to_allowance([small, big], 0, len(small) + 5000, 1 << 30)
     assert cut[0] == small
     assert offsets_of(cut) == list(range(0, 3 + 4))  # four ~1 KB records of the big batch fit in 5000
     assert sum(len(b) for b in cut) <= len(small) + 5000 + 200
     assert [r.value for r in decode_records(cut[1])] == [b"b" * 1000] * 4  # re-encoded, CRC valid
-    from_middle = trim_to_allowance([big], 10, 0)  # nothing left: still one record, from the asked offset
+    from_middle = trim_to_allowance([big], 10, 0, 1 << 30)  # nothing left: still one record, from the asked offset
     assert offsets_of(from_middle) == [10]
 
 
@@ -272,7 +272,7 @@ def test_trimmed_answers_start_at_the_offset_stay_contiguous_and_within_the_allo
         batches.append(encode_batch(chunk, base_offset=first))
     start = min(start, len(sizes) - 1)
     holding = [b for b in batches if read_header(b).base_offset + read_header(b).record_count > start]
-    cut = trim_to_allowance(holding, start, allowance)
+    cut = trim_to_allowance(holding, start, allowance, 1 << 30)
     wanted = [o for o in offsets_of(cut) if o >= start]
     assert wanted and wanted[0] == start and wanted == list(range(start, start + len(wanted)))
     total = sum(len(b) for b in cut)

@@ -117,6 +117,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         running.instance.stop()
 
 
+def consumed_until_after(server: Server, topic: str) -> list[bytes | None]:
+    """The values the SDK consumer reads from the start of ``topic`` until the one ``after``."""
+    values: list[bytes | None] = []
+    with Consumer(server.instance.url, topics=[topic], token=server.token, start="earliest") as consumer:
+        for _ in range(20):
+            values += [m.value for m in consumer.poll(timeout=1)]
+            if b"after" in values:
+                break
+    return values
+
+
 def assert_first_messages_readable(server: Server) -> None:
     answer = server.fetch_json(0)
     assert [m["value"] for m in answer["messages"]] == [f"m{i}" for i in range(ACKED)]  # type: ignore[attr-defined]
@@ -149,12 +160,7 @@ def test_garbage_inside_well_framed_records_is_stored_and_stepped_over(server: S
     [skipped] = answer["skipped"]
     assert (skipped["base_offset"], skipped["next_offset"]) == (1, 2)
     assert answer["next_offset"] == 3
-    with Consumer(server.instance.url, topics=["inner"], token=server.token, start="earliest") as consumer:
-        values: list[bytes | None] = []
-        for _ in range(20):
-            values += [m.value for m in consumer.poll(timeout=1)]
-            if b"after" in values:
-                break
+    values = consumed_until_after(server, "inner")
     assert values == [b"before", b"after"]
 
 
@@ -176,12 +182,7 @@ def test_a_decompression_bomb_is_stored_but_the_server_decompresses_only_so_much
     [skipped] = answer["skipped"]
     assert (skipped["base_offset"], skipped["next_offset"]) == (0, 1)
     assert str(16 << 20) in skipped["error"]
-    with Consumer(server.instance.url, topics=["bombs"], token=server.token, start="earliest") as consumer:
-        values: list[bytes | None] = []
-        for _ in range(20):
-            values += [m.value for m in consumer.poll(timeout=1)]
-            if b"after" in values:
-                break
+    values = consumed_until_after(server, "bombs")
     assert [len(v or b"") for v in values] == [20 << 20, 5]
 
 
@@ -219,12 +220,7 @@ def test_a_corrupt_stored_batch_is_stepped_over_by_both_fetch_paths(tmp_path: Pa
         assert (skipped["base_offset"], skipped["next_offset"]) == (ACKED + 1, skipped_end)
         assert "records" in skipped["error"]
         assert answer["next_offset"] == skipped_end + 1
-        with Consumer(server.instance.url, topics=["orders"], token=server.token, start="earliest") as consumer:
-            values: list[bytes | None] = []
-            for _ in range(20):
-                values += [m.value for m in consumer.poll(timeout=1)]
-                if b"after" in values:
-                    break
+        values = consumed_until_after(server, "orders")
         assert values == [f"m{i}".encode() for i in range(ACKED)] + [b"before", b"after"]
     finally:
         server.instance.stop()

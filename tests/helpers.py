@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import secrets
+import socket
 import subprocess
 import sysconfig
 from collections.abc import Iterator, Mapping
@@ -144,3 +145,28 @@ def render_overlay(name: str) -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, f"kubectl kustomize k8s/overlays/{name} failed:\n{done.stderr}"
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """``count`` responses (status, headers, body) read off the socket, in order."""
+    buffer = b""
+    out = []
+    while len(out) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(out)} responses"
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        if status == 100:
+            continue
+        length = int(headers["content-length"])
+        while len(buffer) < length:
+            chunk = sock.recv(65536)
+            assert chunk
+            buffer += chunk
+        out.append((status, headers, buffer[:length]))
+        buffer = buffer[length:]
+    return out

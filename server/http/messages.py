@@ -40,6 +40,7 @@ from talos import (
     RecordData,
     decode_batches,
     encode_batch,
+    iter_batches,
     partition_for_key,
     read_header,
     validate_batch,
@@ -455,6 +456,16 @@ def _messages_json(
     return _page(out, next_offset, skipped)
 
 
+def _holds_compressed(batches: list[bytes | bytearray]) -> bool:
+    """Whether a fetch's batches hold a compressed one (a read from storage is one buffer of many batches)."""
+    for buffer in batches:
+        with contextlib.suppress(BatchError):  # an unreadable header: the answer ends there (_stored_batches)
+            for _, header in iter_batches(buffer, verify=False):
+                if header.flags:
+                    return True
+    return False
+
+
 def _stored_batches(batches: list[bytes | bytearray], max_decompressed: int) -> Iterator[DecodedBatch]:
     for batch in batches:
         try:
@@ -505,8 +516,9 @@ async def fetch(
     with _Metered(broker, headers, topic, partition) as usage:
         result = await loaded.fetch(offset, max_bytes, wait_ms)
         batches = result.batches
+        limit = decompression_limit(broker.config)
         if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
-            batches = trim_to_allowance(batches, offset, allowance(buckets), decompression_limit(broker.config))
+            batches = trim_to_allowance(batches, offset, allowance(buckets), limit)
         size = sum(len(b) for b in batches)
         await pay(buckets, size)
         usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in batches))
@@ -514,8 +526,7 @@ async def fetch(
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
         return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
-    limit = decompression_limit(broker.config)
-    if any(read_header(b, 0).flags for b in batches):
+    if _holds_compressed(batches):
         # Decompressing (megabytes, maybe) off the event loop: the codecs release the GIL meanwhile.
         body = await loaded.on_read_pool(_messages_json, batches, offset, max_messages, max_bytes, limit)
     else:

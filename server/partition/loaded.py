@@ -171,9 +171,7 @@ class LoadedPartition:
             raise as_api_error(exc) from None
         if self._epochs is not None and header.producer_id >= 0 and header.producer_id not in self._verified:
             # Asked on the read pool (never inside a flush); a fence that arrives meanwhile still counts.
-            newest = await asyncio.get_running_loop().run_in_executor(
-                self._reads, self._newest_epoch, header.producer_id, header.producer_epoch
-            )
+            newest = await self.on_read_pool(self._newest_epoch, header.producer_id, header.producer_epoch)
             if newest is not None:
                 self.producers.fence(header.producer_id, newest)
             self._verified.add(header.producer_id)
@@ -309,12 +307,12 @@ class LoadedPartition:
             metrics.read_from("cache")
             return FetchResult(cached, high, start)
         metrics.read_from("storage")
-        data = await asyncio.get_running_loop().run_in_executor(self._reads, self.log.read, offset, max_bytes)
+        data = await self.on_read_pool(self.log.read, offset, max_bytes)
         return FetchResult([data] if data else [], high, start)
 
     async def on_read_pool(self, function: Callable[..., T], *args: object) -> T:
-        """Run CPU work of a read of this partition (decompressing a fetch's batches) on the read pool, not
-        on the event loop every partition's requests share."""
+        """Run a read's blocking or CPU work (storage reads, decompressing a fetch's batches) on the read pool,
+        not on the event loop every partition's requests share, nor inside a flush."""
         return await asyncio.get_running_loop().run_in_executor(self._reads, function, *args)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int:
@@ -336,7 +334,7 @@ class LoadedPartition:
                     offset = header.next_offset
             return self.log.durable_offset
 
-        return await asyncio.get_running_loop().run_in_executor(self._reads, scan)
+        return await self.on_read_pool(scan)
 
     async def close(self, *, seal: bool = True) -> None:
         """Answer what is queued, flush, stop; long polls wake up and see the partition gone."""

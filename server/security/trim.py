@@ -29,11 +29,11 @@ def trim_to_allowance(
             used += len(batch)
             continue
         try:
-            records = decode_records(batch, verify=False, max_decompressed=max_decompressed)
+            decoded = decode_records(batch, verify=False, max_decompressed=max_decompressed)
         except BatchError:  # a corrupt stored batch: served as it is, for the reader to step over
             out.append(batch)
             break
-        records = [r for r in records if r.offset >= offset]
+        records = [r for r in decoded if r.offset >= offset]
         kept: list[RecordData] = []
         size = 0
         for record in records:

@@ -11,6 +11,7 @@ import pytest
 
 from talos import Admin
 from talos.devservices import StandaloneServer
+from tests.helpers import read_responses
 
 TOPIC = "hot-path"
 
@@ -31,31 +32,6 @@ def _produce(value: str, *, extra: str = "", version: str = "1.1") -> bytes:
     return head.encode() + body
 
 
-def _read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
-    """``count`` responses (status, headers, body) read off the socket, in order."""
-    buffer = b""
-    out = []
-    while len(out) < count:
-        while b"\r\n\r\n" not in buffer:
-            chunk = sock.recv(65536)
-            assert chunk, f"connection closed after {len(out)} responses"
-            buffer += chunk
-        head, _, buffer = buffer.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        if status == 100:
-            continue
-        length = int(headers["content-length"])
-        while len(buffer) < length:
-            chunk = sock.recv(65536)
-            assert chunk
-            buffer += chunk
-        out.append((status, headers, buffer[:length]))
-        buffer = buffer[length:]
-    return out
-
-
 def test_pipelined_hot_and_other_requests_are_answered_in_order(address: tuple[str, int]) -> None:
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(
@@ -64,7 +40,7 @@ def test_pipelined_hot_and_other_requests_are_answered_in_order(address: tuple[s
             + _produce("two")
             + f"GET /v1/topics/{TOPIC}/partitions/0/offsets HTTP/1.1\r\nhost: x\r\n\r\n".encode()
         )
-        (s1, _, b1), (s2, _, b2), (s3, _, b3), (s4, _, b4) = _read_responses(sock, 4)
+        (s1, _, b1), (s2, _, b2), (s3, _, b3), (s4, _, b4) = read_responses(sock, 4)
     assert (s1, s2, s3, s4) == (200, 200, 200, 200)
     first, second = json.loads(b1)["results"][0], json.loads(b3)["results"][0]
     assert json.loads(b2)["name"] == TOPIC  # FastAPI's answer, between the two produces
@@ -88,14 +64,14 @@ def test_expect_continue_and_a_chunked_body(address: tuple[str, int]) -> None:
             "transfer-encoding: chunked\r\n\r\n".encode()
             + chunked
         )
-        (s1, _, _b1), (s2, _, b2) = _read_responses(sock, 2)
+        (s1, _, _b1), (s2, _, b2) = read_responses(sock, 2)
     assert (s1, s2) == (200, 200)
     offset = json.loads(b2)["results"][0]["offset"]
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(
             f"GET /v1/topics/{TOPIC}/partitions/0/messages?offset={offset} HTTP/1.1\r\nhost: x\r\n\r\n".encode()
         )
-        ((status, _, fetched),) = _read_responses(sock, 1)
+        ((status, _, fetched),) = read_responses(sock, 1)
     assert status == 200 and json.loads(fetched)["messages"][0]["value"] == "chunked"
 
 
@@ -103,7 +79,7 @@ def test_http_1_0_and_connection_close_are_answered_and_closed(address: tuple[st
     for request in (_produce("ten", version="1.0"), _produce("closing", extra="connection: close\r\n")):
         with socket.create_connection(address, timeout=10) as sock:
             sock.sendall(request)
-            ((status, headers, _),) = _read_responses(sock, 1)
+            ((status, headers, _),) = read_responses(sock, 1)
             assert status == 200 and headers.get("connection") == "close"
             assert sock.recv(1) == b""  # the server closed it
 
@@ -114,5 +90,5 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(address: tuple[str, 
             f"POST /v1/topics/{TOPIC}/partitions/0/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             f"content-length: {1 << 40}\r\n\r\n".encode()
         )
-        ((status, _, body),) = _read_responses(sock, 1)
+        ((status, _, body),) = read_responses(sock, 1)
     assert status == 413 and json.loads(body)["error"]["code"] == "REQUEST_TOO_LARGE"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.http.messages import _messages_json, batch_spans
+from server.http.messages import _holds_compressed, _messages_json, batch_spans
 from server.security.trim import trim_to_allowance
 from talos import (
     HEADER_SIZE,
@@ -307,3 +307,13 @@ def test_a_json_answer_ends_once_its_records_reach_max_bytes() -> None:
     assert len(answer["messages"]) == 3 and answer["next_offset"] == 3  # type: ignore[arg-type]
     one = _messages_json([stored], 5, 1000, 1, 1 << 30)
     assert len(one["messages"]) == 1 and one["next_offset"] == 6  # type: ignore[arg-type]
+
+
+def test_a_compressed_batch_anywhere_in_a_storage_read_sends_the_json_answer_off_the_event_loop() -> None:
+    """A read from storage is one buffer of many batches; the tail cache gives a list of them."""
+    plain = bytes(encode_batch([RecordData(b"plain")]))
+    packed = bytes(encode_batch([RecordData(b"packed")], compression=Codec.ZSTD))
+    assert _holds_compressed([plain + plain + packed])
+    assert _holds_compressed([plain, packed])
+    assert not _holds_compressed([plain + plain, plain])
+    assert not _holds_compressed([plain + b"\x00" * 20])  # an unreadable header ends the look

@@ -456,6 +456,19 @@ def _messages_json(
     return _page(out, next_offset, skipped)
 
 
+def messages_from(batches: list[bytes | bytearray], offset: int) -> int:
+    """How many messages at or after ``offset`` the fetched ``batches`` hold (what a fetch meters as
+    ``messages_out``). Every batch counts: a read from storage is one buffer of many batches, the tail cache
+    gives one per batch; the first may start before ``offset``, and its earlier messages are not sent on."""
+    count = 0
+    for buffer in batches:
+        with contextlib.suppress(BatchError):  # an unreadable header: the answer ends there (_stored_batches)
+            for _, header in iter_batches(buffer, verify=False):
+                if header.next_offset > offset:
+                    count += header.next_offset - max(header.base_offset, offset)
+    return count
+
+
 def _holds_compressed(batches: list[bytes | bytearray]) -> bool:
     """Whether a fetch's batches hold a compressed one (a read from storage is one buffer of many batches)."""
     for buffer in batches:
@@ -521,7 +534,7 @@ async def fetch(
             batches = trim_to_allowance(batches, offset, allowance(buckets), limit)
         size = sum(len(b) for b in batches)
         await pay(buckets, size)
-        usage.update(bytes_out=size, messages_out=sum(read_header(b, 0).record_count for b in batches))
+        usage.update(bytes_out=size, messages_out=messages_from(batches, offset))
     metrics.fetched(topic, size)
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}

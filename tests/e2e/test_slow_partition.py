@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from talos import RecordData, encode_batch
+from talos import RecordData, decode_batches, encode_batch
 from talos.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
@@ -165,3 +165,24 @@ def test_a_read_storm_runs_on_the_read_pool_beside_the_writes(busy_server: Stand
     # Only the quick writes (one flush each at most) ran on the write pool, none of the reads.
     assert grew('talos_io_tasks{pool="write"}') <= len(quick) + 5
     print(f"{reads[0]} reads; quick writes: median {statistics.median(quick) * 1000:.1f} ms")
+
+
+def test_a_fetch_from_storage_meters_every_message_it_sends(busy_server: StandaloneServer, topics: int) -> None:
+    """A read from the segment files is one buffer of many batches: the tenant's ``messages_out`` counts the
+    messages of all of them from the fetch's offset, as the tail cache's one buffer per batch does."""
+    usage = 'talos_usage_messages_total{partition="0",tenant="default",topic="cold"}'
+    storage = 'talos_fetch_reads_total{source="storage"}'
+    with httpx.Client(base_url=busy_server.url, timeout=60) as client:
+        before = client.get("/metrics").text
+        offset = 7  # inside the first batch: its first seven messages are not sent on
+        answer = client.get(
+            "/v1/topics/cold/partitions/0/messages",
+            params={"offset": offset, "max_bytes": 2 * MIB},
+            headers={"accept": BATCH["content-type"]},
+        )
+        after = client.get("/metrics").text
+    assert answer.status_code == 200
+    sent = sum(1 for batch in decode_batches(answer.content) for r in batch.records if r.offset >= offset)
+    assert sent > 100, "expected several batches in one answer"
+    assert _metric(after, storage) - _metric(before, storage) == 1, "the fetch was not served from storage"
+    assert _metric(after, usage) - _metric(before, usage) == sent

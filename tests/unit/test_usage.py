@@ -6,7 +6,9 @@ import time
 
 import orjson
 
+from server.http.messages import messages_from
 from server.usage.meter import METRICS_TOPIC, UsageMeter, tenant_of, usage_records
+from talos import RecordData, encode_batch, set_base_offset
 
 
 def test_the_meter_sums_per_key_and_skips_its_own_topic() -> None:
@@ -39,3 +41,25 @@ def test_records_name_the_window_and_the_key() -> None:
     )
     assert (doc["window_start_ms"], doc["window_end_ms"], record.timestamp, record.key) == (1000, 2000, 2000, b"s1")
     assert tenant_of({"x-talos-tenant": "acme"}) == "acme" and tenant_of({}) == "default"
+
+
+def _stored(*counts: int, base: int = 0) -> bytearray:
+    """Batches of ``counts`` records, at consecutive offsets from ``base``, in one buffer (a storage read)."""
+    buffer = bytearray()
+    for count in counts:
+        batch = bytearray(encode_batch([RecordData(b"v%d" % n) for n in range(count)]))
+        set_base_offset(batch, base)
+        buffer += batch
+        base += count
+    return buffer
+
+
+def test_a_fetch_meters_every_message_it_sends_on_from_the_offset() -> None:
+    storage_read = _stored(3, 4, 5, base=10)  # offsets 10..21, one buffer
+    assert messages_from([storage_read], 10) == 12
+    assert messages_from([storage_read], 14) == 8  # the second batch from its second message, and the third
+    tail_cache = [_stored(2, base=22), _stored(6, base=24)]  # one buffer per batch
+    assert messages_from(tail_cache, 22) == 8
+    assert messages_from([storage_read, *tail_cache], 21) == 9
+    assert messages_from([], 0) == 0
+    assert messages_from([storage_read + b"\x00" * 7], 10) == 12  # a torn tail ends the count, not the request

@@ -140,12 +140,19 @@ _usage_errors = _LoopCounter(
 )
 
 
+# Every produce and fetch lands here: the series of a (tenant, topic, partition) are looked up once.
+_usage_series: dict[tuple[str, str, int], tuple[_Series, _Series, tuple[str, str, str]]] = {}
+
+
 def usage(key: tuple[str, str, int], size: int, messages: int, error: bool) -> None:
-    labels = (key[0], key[1], str(key[2]))
-    _usage_bytes.labels(*labels).inc(size)
-    _usage_messages.labels(*labels).inc(messages)
+    series = _usage_series.get(key)
+    if series is None:
+        labels = (key[0], key[1], str(key[2]))
+        series = _usage_series[key] = (_usage_bytes.labels(*labels), _usage_messages.labels(*labels), labels)
+    series[0].value += size
+    series[1].value += messages
     if error:
-        _usage_errors.labels(*labels).inc()
+        _usage_errors.labels(*series[2]).inc()
 
 
 def denied(status: int) -> None:

@@ -173,7 +173,7 @@ async def read_request_body(request: Request, limit: int) -> bytes:
 def create_asgi(config: ServerConfig) -> FastPath:
     """The application as served: the fast path for produce/fetch/offsets in front of FastAPI."""
     app = create_app(config)
-    return FastPath(PortalHeaders(app), lambda: app.state.broker)
+    return FastPath(PortalHeaders(app), app.state.broker_of)  # not app.state.broker: a State lookup per call
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -217,6 +217,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def broker() -> Broker:
         return broker_holder["broker"]
+
+    app.state.broker_of = broker
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:

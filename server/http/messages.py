@@ -32,6 +32,7 @@ from server.partition.producer_ids import UNKNOWN
 from server.security.buckets import TokenBucket
 from server.security.guard import allowance, pay
 from server.security.trim import trim_to_allowance
+from server.topics import TopicConfig
 from server.usage.meter import TENANT_HEADER, tenant_of
 from talos import (
     BatchError,
@@ -94,6 +95,14 @@ def _bytes_field(message: dict[str, Any], name: str, index: int) -> bytes | None
 
 
 def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | None, RecordData]], bool]:
+    if type(doc) is dict and len(doc) == 1:  # the common call, one text value: what the loop below makes of it
+        messages = doc.get("messages")
+        if type(messages) is list and len(messages) == 1 and type(only := messages[0]) is dict and len(only) == 1:
+            value = only.get("value")
+            if type(value) is str and len(value) <= max_message:  # chars: at most 4 bytes each, checked below
+                data = value.encode()
+                if len(data) <= max_message:
+                    return [(None, RecordData(data, None, [], None))], True
     if not isinstance(doc, dict):
         raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object with a 'messages' array")
     messages = doc.get("messages")
@@ -263,31 +272,44 @@ async def _forward(
 
 
 async def _produce_json(
-    broker: Broker, topic: str, fixed_partition: int | None, headers: Mapping[str, str], body: bytes | bytearray
+    broker: Broker,
+    topic: str,
+    fixed_partition: int | None,
+    headers: Mapping[str, str],
+    body: bytes | bytearray,
+    config: TopicConfig | None = None,
 ) -> Reply:
-    config = broker.topic(topic)
+    config = config or broker.topic(topic)
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, "INVALID_JSON", f"the body is not valid JSON: {exc}") from None
     messages, durable = _parse_messages(doc, broker.config.max_message_bytes)
     groups: dict[int, list[tuple[int, RecordData]]] = {}
-    spread = broker.next_partition(config)
+    spread = -1  # the round-robin partition of messages with neither a partition nor a key, taken once
     for index, (requested, record) in enumerate(messages):
         if fixed_partition is not None:
             partition = fixed_partition
         elif requested is not None:
             partition = requested
+        elif record.key is not None:
+            partition = partition_for_key(record.key, config.partitions)
         else:
-            partition = partition_for_key(record.key, config.partitions) if record.key is not None else spread
+            if spread < 0:
+                spread = broker.next_partition(config)
+            partition = spread
         if not 0 <= partition < config.partitions:
             raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
-        groups.setdefault(partition, []).append((index, record))
+        if partition in groups:
+            groups[partition].append((index, record))
+        else:
+            groups[partition] = [(index, record)]
     producer = _idempotence(doc)
     if producer and len(groups) > 1:
         raise ApiError(400, "INVALID_REQUEST", "an idempotent request (producer_id) must go to one partition")
     # Admitted once, before any partition is written: a 429 must not leave part of the request stored.
-    buckets = _admit(broker, headers, topic, "produce") if any(broker.owns(topic, p) for p in groups) else []
+    local = [p for p in groups if broker.owns(topic, p)]
+    buckets = _admit(broker, headers, topic, "produce") if local else []
 
     async def commit(partition: int, items: list[tuple[int, RecordData]]) -> ProduceResult:
         # Encoded here, so the log need not check the CRC a second time.
@@ -300,7 +322,8 @@ async def _produce_json(
             await _authorize_producers(broker, headers[TENANT_HEADER], {producer["producer_id"]})
         with _Metered(broker, headers, topic, partition) as usage:
             usage.update(bytes_in=len(batch), messages_in=len(items))
-            await pay(buckets, len(batch))
+            if buckets:
+                await pay(buckets, len(batch))
             return await loaded.produce(batch, durable=durable, verify=False)
 
     if len(groups) == 1:  # the common case: no gather
@@ -309,12 +332,10 @@ async def _produce_json(
         answers = await asyncio.gather(*(commit(p, items) for p, items in groups.items()))
     results: list[dict[str, object] | None] = [None] * len(messages)
     for (partition, items), answer in zip(groups.items(), answers, strict=True):
+        base = answer.base_offset
+        marks = answer.marks()
         for position, (index, _record) in enumerate(items):
-            results[index] = {
-                "partition": partition,
-                "offset": answer.base_offset + position if answer.base_offset >= 0 else -1,
-                **answer.marks(),
-            }
+            results[index] = {"partition": partition, "offset": base + position if base >= 0 else -1, **marks}
     metrics.produced(topic, len(messages), len(body))
     return Reply(200, orjson.dumps({"results": results}))
 
@@ -360,7 +381,8 @@ async def _produce_batches(
     buckets = _admit(broker, headers, topic, "produce")
     with _Metered(broker, headers, topic, partition) as usage:
         usage.update(bytes_in=len(body), messages_in=records)
-        await pay(buckets, len(body))
+        if buckets:
+            await pay(buckets, len(body))
         # Validated above (batch_spans): the log need not check the CRC a second time.
         if len(spans) == 1:  # the whole body is the batch: a bytearray (the hot path's) is stored as it is
             batch = body if isinstance(body, bytearray) else bytearray(body)
@@ -394,12 +416,13 @@ async def produce(
     content_type = headers.get("content-type", "").split(";")[0].strip()
     if partition is not None and content_type == BATCH_CONTENT_TYPE:
         return await _produce_batches(broker, topic, partition, headers, query, body)
+    config = None
     if partition is not None:
-        broker.check_partition(topic, partition)
+        config = broker.check_partition(topic, partition)
         owner = broker.owner(topic, partition)
         if not owner.local:
             return await _forward(broker, owner, "POST", topic, partition, "messages", headers, query, bytes(body))
-    return await _produce_json(broker, topic, partition, headers, body)
+    return await _produce_json(broker, topic, partition, headers, body, config)
 
 
 def _text_or_b64(name: str, data: bytes | None, into: dict[str, object]) -> None:

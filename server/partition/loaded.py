@@ -81,13 +81,23 @@ class Epochs(Protocol):
         """The producer's current epoch if newer than ``epoch``. Does I/O."""
 
 
+class _GroupFuture(asyncio.Future[int]):
+    """A group's future, which its waiters cannot cancel: a waiter's task cancelled (a client gone, a shutdown)
+    must not cancel the others' flush. The task is cancelled once the flush is over (``Task.cancel`` then
+    throws into it at its next step), as ``asyncio.shield`` would, without a second future and two callbacks
+    per waiter."""
+
+    def cancel(self, msg: object = None) -> bool:
+        return False
+
+
 class _Group:
     """The writes waiting for one flush, and the one future that flush answers (its durable offset)."""
 
     __slots__ = ("check_owner", "future", "stored")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[int] = loop.create_future()
+        self.future: asyncio.Future[int] = _GroupFuture(loop=loop)
         self.future.add_done_callback(_retrieve)  # every waiter may have gone (clients that disconnected)
         self.stored: list[tuple[int, int, bytearray]] = []  # (base, next, batch): for the tail cache once durable
         self.check_owner = False  # a fence waits on it: ask the storage after the flush whether we still own it
@@ -223,7 +233,7 @@ class LoadedPartition:
 
     async def _group_flush(self, group: _Group) -> int:
         try:
-            return await asyncio.shield(group.future)  # one waiter giving up must not cancel the others' flush
+            return await group.future  # uncancellable: one waiter giving up must not cancel the others' flush
         except Exception as exc:
             raise as_api_error(exc) from None
 

@@ -308,8 +308,7 @@ async def _produce_json(
     if producer and len(groups) > 1:
         raise ApiError(400, "INVALID_REQUEST", "an idempotent request (producer_id) must go to one partition")
     # Admitted once, before any partition is written: a 429 must not leave part of the request stored.
-    local = [p for p in groups if broker.owns(topic, p)]
-    buckets = _admit(broker, headers, topic, "produce") if local else []
+    buckets = _admit(broker, headers, topic, "produce") if any(broker.owns(topic, p) for p in groups) else []
 
     async def commit(partition: int, items: list[tuple[int, RecordData]]) -> ProduceResult:
         # Encoded here, so the log need not check the CRC a second time.

@@ -240,6 +240,7 @@ class LoadedPartition:
     async def _commit_loop(self) -> None:
         """One flush per group, one group at a time: while a flush runs, new writes gather in the next group."""
         loop = asyncio.get_running_loop()
+        group: _Group | None = None
         try:
             while (group := self._group) is not None:
                 self._group = None
@@ -263,9 +264,12 @@ class LoadedPartition:
                 self._data = asyncio.Event()
         finally:
             self._commit_task = None
-            if self._group is not None and not self._group.future.done():  # only if the loop above died
-                self._group.future.set_exception(LogError("commit stopped"))
-                self._group = None
+            # Only if the loop above died (cancelled at the event loop's end): its waiters cannot cancel their
+            # wait (_GroupFuture), so every group still open is answered here.
+            for left in (group, self._group):
+                if left is not None and not left.future.done():
+                    left.future.set_exception(LogError("commit stopped"))
+            self._group = None
 
     def _flush(self, check_owner: bool) -> int:
         """In an I/O thread: one write and one sync for everything appended so far. Returns the durable offset."""

@@ -171,6 +171,31 @@ def test_a_waiter_that_gives_up_does_not_cancel_the_others_flush(
     asyncio.run(scenario())
 
 
+def test_waiters_are_answered_when_the_commit_task_is_cancelled_mid_flush(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    """A group's waiters cannot cancel their wait, so the commit task answers every group it leaves open when
+    it is cancelled itself (as ``asyncio.run`` does to every task at its end): none of them waits for ever."""
+
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        gated.gate.clear()
+        flushing = asyncio.create_task(partition.produce(_batch(b"in the flush")))
+        await _until(lambda: partition.flushes == 1)
+        queued = asyncio.create_task(partition.produce(_batch(b"in the next group")))
+        await asyncio.sleep(0.01)
+        commit = partition._commit_task
+        assert commit is not None
+        commit.cancel()
+        for waiter in (flushing, queued):
+            with pytest.raises(ApiError):
+                await asyncio.wait_for(waiter, 5)
+        gated.gate.set()
+        await partition.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_resend_waits_for_the_flush_of_its_original_and_gets_its_offsets(
     tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
 ) -> None:

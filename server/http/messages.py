@@ -36,6 +36,7 @@ from server.topics import TopicConfig
 from server.usage.meter import TENANT_HEADER, tenant_of
 from talos import (
     BatchError,
+    BatchHeader,
     DecodedBatch,
     Record,
     RecordData,
@@ -300,10 +301,7 @@ async def _produce_json(
             partition = spread
         if not 0 <= partition < config.partitions:
             raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
-        if partition in groups:
-            groups[partition].append((index, record))
-        else:
-            groups[partition] = [(index, record)]
+        groups.setdefault(partition, []).append((index, record))
     producer = _idempotence(doc)
     if producer and len(groups) > 1:
         raise ApiError(400, "INVALID_REQUEST", "an idempotent request (producer_id) must go to one partition")
@@ -478,27 +476,25 @@ def _messages_json(
     return _page(out, next_offset, skipped)
 
 
+def _headers(batches: list[bytes | bytearray]) -> Iterator[BatchHeader]:
+    """The header of every batch of a fetch's buffers (a read from storage is one buffer of many batches, the
+    tail cache gives one per batch). An unreadable header ends its buffer, as it ends the answer there
+    (:func:`_stored_batches`)."""
+    for buffer in batches:
+        with contextlib.suppress(BatchError):
+            for _, header in iter_batches(buffer, verify=False):
+                yield header
+
+
 def messages_from(batches: list[bytes | bytearray], offset: int) -> int:
     """How many messages at or after ``offset`` the fetched ``batches`` hold (what a fetch meters as
-    ``messages_out``). Every batch counts: a read from storage is one buffer of many batches, the tail cache
-    gives one per batch; the first may start before ``offset``, and its earlier messages are not sent on."""
-    count = 0
-    for buffer in batches:
-        with contextlib.suppress(BatchError):  # an unreadable header: the answer ends there (_stored_batches)
-            for _, header in iter_batches(buffer, verify=False):
-                if header.next_offset > offset:
-                    count += header.next_offset - max(header.base_offset, offset)
-    return count
+    ``messages_out``): the first batch may start before ``offset``, and its earlier messages are not sent on."""
+    return sum(h.next_offset - max(h.base_offset, offset) for h in _headers(batches) if h.next_offset > offset)
 
 
 def _holds_compressed(batches: list[bytes | bytearray]) -> bool:
-    """Whether a fetch's batches hold a compressed one (a read from storage is one buffer of many batches)."""
-    for buffer in batches:
-        with contextlib.suppress(BatchError):  # an unreadable header: the answer ends there (_stored_batches)
-            for _, header in iter_batches(buffer, verify=False):
-                if header.flags:
-                    return True
-    return False
+    """Whether a fetch's batches hold a compressed one."""
+    return any(header.flags for header in _headers(batches))
 
 
 def _stored_batches(batches: list[bytes | bytearray], max_decompressed: int) -> Iterator[DecodedBatch]:

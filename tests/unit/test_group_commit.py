@@ -17,7 +17,7 @@ from fencing import DirectoryEpochSource, LogConfig, PartitionLog, StorageError
 from fencing.local import LocalFile, LocalFileSystem
 from server.errors import ApiError
 from server.partition.executor import AffinityExecutor
-from server.partition.loaded import LoadedPartition
+from server.partition.loaded import LoadedPartition, ProduceResult
 from server.partition.tailcache import TailCache
 from talos import RecordData, decode_records, encode_batch, iter_batches
 
@@ -150,17 +150,24 @@ def test_a_failed_flush_fails_its_whole_group_and_nothing_later_is_acknowledged(
     asyncio.run(scenario())
 
 
+async def _one_in_a_held_flush(
+    partition: LoadedPartition, gated: GatedFileSystem, first: bytes, *queued: bytes
+) -> list[asyncio.Task[ProduceResult]]:
+    """Produce tasks: ``first`` inside a flush the gate holds, then ``queued`` waiting in the next group."""
+    gated.gate.clear()
+    tasks = [asyncio.create_task(partition.produce(_batch(first)))]
+    await _until(lambda: partition.flushes == 1)
+    tasks += [asyncio.create_task(partition.produce(_batch(value))) for value in queued]
+    await asyncio.sleep(0.01)
+    return tasks
+
+
 def test_a_waiter_that_gives_up_does_not_cancel_the_others_flush(
     tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
 ) -> None:
     async def scenario() -> None:
         partition = _partition(tmp_path, pools, gated, group_commit=True)
-        gated.gate.clear()
-        held = asyncio.create_task(partition.produce(_batch(b"held")))
-        await _until(lambda: partition.flushes == 1)
-        quitter = asyncio.create_task(partition.produce(_batch(b"quitter")))
-        stayer = asyncio.create_task(partition.produce(_batch(b"stayer")))
-        await asyncio.sleep(0.01)
+        held, quitter, stayer = await _one_in_a_held_flush(partition, gated, b"held", b"quitter", b"stayer")
         quitter.cancel()  # a client that went away
         gated.gate.set()
         assert (await held).base_offset == 0
@@ -179,11 +186,7 @@ def test_waiters_are_answered_when_the_commit_task_is_cancelled_mid_flush(
 
     async def scenario() -> None:
         partition = _partition(tmp_path, pools, gated, group_commit=True)
-        gated.gate.clear()
-        flushing = asyncio.create_task(partition.produce(_batch(b"in the flush")))
-        await _until(lambda: partition.flushes == 1)
-        queued = asyncio.create_task(partition.produce(_batch(b"in the next group")))
-        await asyncio.sleep(0.01)
+        flushing, queued = await _one_in_a_held_flush(partition, gated, b"in the flush", b"in the next group")
         commit = partition._commit_task
         assert commit is not None
         commit.cancel()

@@ -57,6 +57,9 @@ class WritableFile(Protocol):
     def sync(self) -> None:
         """Make every byte written so far durable (``fdatasync`` / ``hsync``)."""
 
+    def write_synced(self, data: Buffer) -> None:
+        """:meth:`write` then :meth:`sync`, in one step where the storage can (a flush's whole I/O)."""
+
     def close(self) -> None:
         """Close the file; on HDFS this makes its bytes visible to readers."""
 
@@ -67,8 +70,8 @@ class WritableFile(Protocol):
 class FileSystem(abc.ABC):
     """Storage for partition directories."""
 
-    #: Recovering a file's lease stops its old writer (HDFS). Without it (POSIX) writers must check the
-    #: epoch markers themselves after every sync.
+    #: Recovering a file's lease stops its old writer (HDFS). Without it (POSIX) a takeover moves the open
+    #: segments aside and writers check their path after every sync.
     lease_fencing: bool
     #: Readers see bytes of a file that is still open for writing (POSIX yes; HDFS no).
     reads_open_files: bool

@@ -32,6 +32,10 @@ class HdfsFile:
         with storage_errors("hsync of", self._path):
             self._writer.hsync()
 
+    def write_synced(self, data: Buffer) -> None:
+        self.write(data)
+        self.sync()
+
     def close(self) -> None:
         if self._closed:
             return

@@ -4,14 +4,17 @@ Opening a :class:`PartitionLog` *is* a takeover (ARCHITECTURE.md, "Ownership and
 
 1. take a new epoch from the :class:`~fencing.epochs.EpochSource`;
 2. create the marker ``_epoch/<epoch>`` exclusively — before looking at any segment;
-3. for every open segment of a lower epoch: recover its lease (HDFS), scan it, cut a torn or corrupt
-   tail, and rename it to its sealed name, which records the valid length;
+3. for every open segment of a lower epoch: recover its lease (HDFS) or move it aside to
+   ``<base>.<epoch>.sealing`` (POSIX), then scan it, cut a torn or corrupt tail, and rename it to its sealed
+   name, which records the valid length;
 4. create ``<next offset>.<epoch>.log`` and serve.
 
 An old owner learns it was fenced: on HDFS its next ``hsync`` fails once the lease is recovered; on POSIX
-it checks after every sync that its segment path still names its file and that no higher marker exists.
-Before writing into a newly created segment (a roll) it lists ``_epoch/`` too. A write is acknowledged
-(``flush`` returns) only if it lies inside the sealed length the next owner will read.
+it checks after every sync that its segment path still names its file (one ``stat``): a write synced
+before the move is in what the takeover reads, one synced after it is never acknowledged. Before writing
+into a newly created segment (a roll, which a takeover that listed the directory earlier cannot know)
+it lists ``_epoch/``. A write is acknowledged (``flush`` returns) only if it lies inside the sealed length
+the next owner will read.
 
 A roll keeps the partition's writes going: the flush that fills the active segment creates the next file
 ``<end>.<epoch>.log``, lists ``_epoch/`` and switches to it, and a background thread closes the full one and
@@ -234,9 +237,16 @@ class PartitionLog:
                     raise LogCorruptError(f"{self._dir}: segment {name} already has this epoch")
                 path = self._path(name)
                 try:
-                    fs.recover_lease(path, timeout=self._config.lease_timeout_s)
+                    if fs.lease_fencing:
+                        fs.recover_lease(path, timeout=self._config.lease_timeout_s)
+                    elif not name.moved_aside:
+                        # Moved before it is read: a write its owner syncs after this finds its path gone.
+                        fs.rename(path, moved := self._path(name.move_aside()))
+                        path = moved
+                        self._step("takeover:moved-aside")
                     data = fs.read(path)
                     length, end = scan_valid_prefix(data, name.base)
+                    self._step("takeover:scanned")
                     fs.rename(path, self._path(name.seal(end, length)))
                 except FileNotFoundError:
                     retry = True  # its writer sealed or removed it meanwhile: look again
@@ -396,14 +406,14 @@ class PartitionLog:
         assert self._writer is not None and self._active is not None
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         try:
-            self._writer.write(data)
-            self._writer.sync()
+            self._writer.write_synced(data)
         except StorageError as exc:
             self._fail(self._fenced_or(exc))
             raise self._error from exc  # type: ignore[misc]
         self._step("flush:synced")
-        if not self._fs.lease_fencing:
-            self._check_not_fenced()
+        # A POSIX takeover moves the segment aside before reading it, so what it reads holds every byte
+        # synced while the path still named this file (on HDFS the lease fenced the sync itself).
+        self._check_linked()
         self._record_flushed(data, pending, target)
         self._roll_if_due()
         return self._durable_offset
@@ -421,12 +431,16 @@ class PartitionLog:
         self._check_not_fenced()
 
     def _check_not_fenced(self) -> None:
+        self._check_linked()
+        if highest_epoch(self._fs, self._dir) > self._epoch:
+            self._fail(FencedError(f"{self._dir}: a newer epoch than {self._epoch} exists"))
+            self._check()
+
+    def _check_linked(self) -> None:
         assert self._writer is not None
         if not self._writer.still_linked():
-            self._fail(FencedError(f"{self._dir}: segment {self._writer.path} was sealed by a newer owner"))
-        elif highest_epoch(self._fs, self._dir) > self._epoch:
-            self._fail(FencedError(f"{self._dir}: a newer epoch than {self._epoch} exists"))
-        self._check()
+            self._fail(FencedError(f"{self._dir}: segment {self._writer.path} was moved by a newer owner"))
+            self._check()
 
     def _record_flushed(self, data: Buffer, flushed: list[bytearray], end: int) -> None:
         active = self._active

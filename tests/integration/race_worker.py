@@ -15,6 +15,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from fencing import DirectoryEpochSource, FencedError, LogConfig, LogError, PartitionLog, open_storage
 from talos import RecordData, encode_batch, iter_batches, set_base_offset
@@ -25,20 +26,12 @@ def emit(**event: object) -> None:
     sys.stdout.flush()
 
 
-def writer(args: argparse.Namespace) -> None:
-    if args.file_size_limit:
-        # Files cannot grow past the limit: writes fail as on a full disk (EFBIG instead of ENOSPC).
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (args.file_size_limit, resource.RLIM_INFINITY))
-    rng = random.Random(args.seed)
-    fs, root = open_storage(args.url)
-    directory = f"{root}/{args.dir}"
-
+def protocol_hook(args: argparse.Namespace, rng: random.Random) -> Callable[[str], None]:
     holds = [args.hold_after]
 
     def hook(step: str) -> None:
         if step == args.hold_at:
-            # Stop at this step, say so, and wait for the harness to let go (after B took over).
+            # Stop at this step, say so, and wait for the harness to let go (after the other side moved).
             holds[0] -= 1
             if holds[0] == 0:
                 emit(event="holding", step=step)
@@ -50,12 +43,23 @@ def writer(args: argparse.Namespace) -> None:
         if args.pause_ms and rng.random() < chance:
             time.sleep(rng.uniform(0, args.pause_ms) / 1000)
 
+    return hook
+
+
+def writer(args: argparse.Namespace) -> None:
+    if args.file_size_limit:
+        # Files cannot grow past the limit: writes fail as on a full disk (EFBIG instead of ENOSPC).
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (args.file_size_limit, resource.RLIM_INFINITY))
+    rng = random.Random(args.seed)
+    fs, root = open_storage(args.url)
+    directory = f"{root}/{args.dir}"
     plog = PartitionLog.open(
         fs,
         directory,
         DirectoryEpochSource(fs, directory),
         config=LogConfig(segment_bytes=args.segment_bytes),
-        hook=hook,
+        hook=protocol_hook(args, rng),
     )
     emit(event="ready", epoch=plog.epoch, pid=os.getpid())
     deadline = time.monotonic() + args.deadline
@@ -89,7 +93,8 @@ def taker(args: argparse.Namespace) -> None:
     fs, root = open_storage(args.url)
     directory = f"{root}/{args.dir}"
     started = time.monotonic()
-    plog = PartitionLog.open(fs, directory, DirectoryEpochSource(fs, directory))
+    hook = protocol_hook(args, random.Random())
+    plog = PartitionLog.open(fs, directory, DirectoryEpochSource(fs, directory), hook=hook)
     done = time.monotonic()
     assert plog.recovery is not None
     first = plog.next_offset

@@ -7,6 +7,7 @@ import contextlib
 import pytest
 
 from fencing import StorageError, open_storage
+from fencing.local import LocalFile
 from tests.conftest import Storage
 
 
@@ -20,6 +21,25 @@ def test_create_is_exclusive_and_creates_parents(storage: Storage) -> None:
         storage.fs.create(path)
     assert storage.fs.exists(path)
     assert storage.fs.size(path) == 5
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-call", "write-then-sync"])
+def test_write_synced_appends_after_plain_writes(
+    storage: Storage, one_call: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush's I/O: on POSIX one ``pwritev2(RWF_DSYNC)``, or write + ``fdatasync`` where the kernel or
+    filesystem lacks the flag; on HDFS write + ``hsync``. Either way the bytes follow what was written."""
+    monkeypatch.setattr(LocalFile, "dsync_writes", one_call and LocalFile.dsync_writes)
+    path = storage.path("synced")
+    handle = storage.fs.create(path)
+    handle.write(b"plain ")
+    handle.write_synced(bytearray(b"synced ") * 3000)
+    handle.write_synced(memoryview(b"tail"))
+    expected = b"plain " + b"synced " * 3000 + b"tail"
+    if storage.fs.reads_open_files:
+        assert storage.fs.read(path) == expected
+    handle.close()
+    assert storage.fs.read(path) == expected
 
 
 def test_appends_and_ranged_reads(storage: Storage) -> None:

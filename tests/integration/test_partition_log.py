@@ -356,6 +356,9 @@ class HeldClose:
     def sync(self) -> None:
         self._file.sync()
 
+    def write_synced(self, data: Buffer) -> None:
+        self._file.write_synced(data)
+
     def still_linked(self) -> bool:
         return self._file.still_linked()
 

@@ -76,6 +76,25 @@ def test_corrupt_batch_is_cut_with_everything_after_it(storage: Storage, victim:
     plog.close()
 
 
+def test_a_segment_a_crashed_takeover_moved_aside_is_sealed_by_the_next(storage: Storage) -> None:
+    """A POSIX takeover renames an open segment to ``.sealing`` before reading it; if it dies right there,
+    the next takeover reads and seals that file, torn tail cut, as it would the open one."""
+    batches = make_batches(3)
+    directory = storage.path("moved")
+    storage.fs.write_file(f"{directory}/_epoch/{1:010d}", b"")
+    storage.fs.write_file(f"{directory}/_epoch/{2:010d}", b"")  # the takeover that died after the move
+    storage.fs.write_file(f"{directory}/{SegmentName(0, 1).move_aside()}", b"".join(batches) + batches[0][:9])
+    plog = take_over(storage, directory)
+    assert plog.epoch == 3
+    assert plog.recovery is not None
+    assert plog.recovery.sealed == [str(SegmentName(0, 1, 6, sum(map(len, batches))))]
+    assert plog.recovery.truncated_bytes == 9
+    assert read_offsets(plog) == list(range(6))
+    plog.close()
+    names = sorted(info.name for info in storage.fs.list(directory))
+    assert not any(name.endswith(".sealing") for name in names), names
+
+
 def test_sealed_length_is_the_truth_not_the_file_size(storage: Storage) -> None:
     """A fenced POSIX writer may still append to the renamed inode; readers stop at the sealed length."""
     batches = make_batches(2)

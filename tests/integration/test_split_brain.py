@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,12 @@ class Worker:
     def wait_for(self, kind: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            # Whether it ended, asked before looking: its last line may come in between.
+            ended = self.process.poll() is not None and not self._reader.is_alive()
             for event in self.events:
                 if event["event"] == kind:
                     return event
-            if self.process.poll() is not None and not self._reader.is_alive():
+            if ended:
                 break
             time.sleep(0.005)
         raise AssertionError(f"no {kind!r} from worker: {self.events[-3:]}\n{self.stderr()}")
@@ -93,24 +96,48 @@ def test_split_brain_round(storage: Storage, round_: int, tmp_path: Path) -> Non
     ]  # fmt: skip
     if kind.startswith(("roll:", "flush:")):
         writer_args += ["--hold-at", kind, "--hold-after", str(rng.randint(1, 4)), "--release-file", str(release)]
-    a = Worker(writer_args)
-    try:
-        a.wait_for("ready", timeout=60)
+
+    def before(a: Worker) -> None:
         if kind.startswith(("roll:", "flush:")):
             a.wait_for("holding", timeout=60)
         else:
             time.sleep(rng.uniform(0.0, 0.4))
-        b = Worker(["taker", "--url", storage.url, "--dir", "p"])
+
+    def during(a: Worker, b: Worker) -> dict[str, Any]:
+        took = b.wait_for("took-over", timeout=120)
+        b.finish(timeout=60)
+        release.touch()
+        return took
+
+    a, took = race(writer_args, ["taker", "--url", storage.url, "--dir", "p"], before, during)
+    check_takeover(a, took)
+
+
+def race(
+    writer_args: list[str],
+    taker_args: list[str],
+    before: Callable[[Worker], None],
+    during: Callable[[Worker, Worker], dict[str, Any]],
+) -> tuple[Worker, dict[str, Any]]:
+    """Start A, ``before`` once it is ready, start B, ``during`` until B took over (its event); both ended."""
+    a = Worker(writer_args)
+    try:
+        a.wait_for("ready", timeout=60)
+        before(a)
+        b = Worker(taker_args)
         try:
-            took = b.wait_for("took-over", timeout=120)
+            took = during(a, b)
             b.finish(timeout=60)
-            release.touch()
         finally:
             b.stop()
         a.finish(timeout=60)
     finally:
         a.stop()
+    return a, took
 
+
+def check_takeover(a: Worker, took: dict[str, Any]) -> None:
+    """A was fenced, and everything it acknowledged is in what B read, before B's own batches."""
     ends = [e for e in a.events if e["event"] in ("fenced", "error", "timeout")]
     assert [e["event"] for e in ends] == ["fenced"], f"A did not report being fenced: {ends}"
     acks = [e for e in a.events if e["event"] == "ack"]
@@ -138,3 +165,31 @@ def test_split_brain_round(storage: Storage, round_: int, tmp_path: Path) -> Non
         owner = "B" if base >= took["first"] else "A"
         assert first_value.startswith(owner.encode()), f"offset {base}: {first_value[:10]!r} in {owner}'s range"
     assert sum(base >= took["first"] for base in stored) == 3
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_writes_synced_after_the_takeover_read_the_segment_are_never_acknowledged(
+    storage: Storage, round_: int, tmp_path: Path
+) -> None:
+    """B holds between reading A's open segment and renaming it to its sealed length while A keeps writing:
+    A must be fenced at the flush after B's move (POSIX) or lease recovery (HDFS), or its acknowledged
+    writes past the length B read would be lost."""
+    release = tmp_path / "release"
+
+    def before(a: Worker) -> None:
+        a.wait_for("ack", timeout=60)
+
+    def during(a: Worker, b: Worker) -> dict[str, Any]:
+        b.wait_for("holding", timeout=120)
+        a.wait_for("fenced", timeout=60)
+        release.touch()
+        return b.wait_for("took-over", timeout=60)
+
+    a, took = race(
+        ["writer", "--url", storage.url, "--dir", "p", "--seed", str(round_), "--pause-ms", "0"],
+        ["taker", "--url", storage.url, "--dir", "p", "--hold-at", "takeover:scanned", "--release-file", str(release)],
+        before,
+        during,
+    )
+    check_takeover(a, took)
+    assert took["sealed"], "B sealed A's open segment"

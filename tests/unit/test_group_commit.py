@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fencing import DirectoryEpochSource, LogConfig, PartitionLog, StorageError
+from fencing.filesystem import Buffer
 from fencing.local import LocalFile, LocalFileSystem
 from server.errors import ApiError
 from server.partition.executor import AffinityExecutor
@@ -23,7 +24,7 @@ from talos import RecordData, decode_records, encode_batch, iter_batches
 
 
 class GatedFileSystem(LocalFileSystem):
-    """Local files whose ``sync`` waits for ``gate`` and then fails while ``fail`` is set."""
+    """Local files whose flush I/O (``write_synced``) waits for ``gate`` and then fails while ``fail`` is set."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -40,11 +41,11 @@ class GatedFile(LocalFile):
         self.__dict__.update(plain.__dict__)
         self._gated = fs
 
-    def sync(self) -> None:
+    def write_synced(self, data: Buffer) -> None:
         self._gated.gate.wait(10)
         if self._gated.fail:
             raise StorageError("sync failed (test)")
-        super().sync()
+        super().write_synced(data)
         self._gated.syncs += 1
 
 

@@ -241,7 +241,8 @@ class PartitionLog:
                         fs.recover_lease(path, timeout=self._config.lease_timeout_s)
                     elif not name.moved_aside:
                         # Moved before it is read: a write its owner syncs after this finds its path gone.
-                        fs.rename(path, moved := self._path(name.move_aside()))
+                        moved = self._path(name.move_aside())
+                        fs.rename(path, moved)
                         path = moved
                         self._step("takeover:moved-aside")
                     data = fs.read(path)

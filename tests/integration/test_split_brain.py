@@ -119,7 +119,8 @@ def race(
     before: Callable[[Worker], None],
     during: Callable[[Worker, Worker], dict[str, Any]],
 ) -> tuple[Worker, dict[str, Any]]:
-    """Start A, ``before`` once it is ready, start B, ``during`` until B took over (its event); both ended."""
+    """Start A, ``before`` once it is ready, start B, ``during`` until B took over and ended (B's event);
+    then A ends too."""
     a = Worker(writer_args)
     try:
         a.wait_for("ready", timeout=60)
@@ -127,7 +128,6 @@ def race(
         b = Worker(taker_args)
         try:
             took = during(a, b)
-            b.finish(timeout=60)
         finally:
             b.stop()
         a.finish(timeout=60)
@@ -183,7 +183,9 @@ def test_writes_synced_after_the_takeover_read_the_segment_are_never_acknowledge
         b.wait_for("holding", timeout=120)
         a.wait_for("fenced", timeout=60)
         release.touch()
-        return b.wait_for("took-over", timeout=60)
+        took = b.wait_for("took-over", timeout=60)
+        b.finish(timeout=60)
+        return took
 
     a, took = race(
         ["writer", "--url", storage.url, "--dir", "p", "--seed", str(round_), "--pause-ms", "0"],

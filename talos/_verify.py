@@ -400,16 +400,17 @@ def run(
     stop_faults.set()
     if injector is not None:
         injector.join()
-    say("stopping the writers (waiting for every send to be answered) ...")
+    say(f"{time.monotonic() - started:5.0f}s  stopping the writers (waiting for every send to be answered) ...")
     workload.finish()
-    say(f"reading {topic} from the start ...")
+    say(f"{time.monotonic() - started:5.0f}s  reading {topic} from the start ...")
     stored = read_everything(url, topic)
     consumed = None
     if readers is not None:
-        say(f"waiting for the consumer group {readers.group} to see every acknowledged message ...")
+        say(f"{time.monotonic() - started:5.0f}s  waiting for {readers.group} to see every acknowledged message")
         readers.wait_for(set(workload.acked), timeout=60.0)
         readers.finish()
         consumed = readers.deliveries
+    say(f"{time.monotonic() - started:5.0f}s  checking")
     summary = analyse(
         workload.sent,
         workload.acked,

@@ -50,6 +50,12 @@ FAST = ClusterSettings(
 QUICK_REASSIGN = dataclasses.replace(FAST, reassign_delay_s=2.0)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:  # every test here starts servers, most of them three, and kills or pauses some
+        if "tests/cluster/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def admin_token_in_environment() -> Iterator[None]:
     before = os.environ.get("TALOS_TOKEN")

@@ -76,6 +76,7 @@ def test_kill_9_at_random_points_leaves_every_record_indexed_exactly_once(
         assert document["talos"]["key"] == f"k{document['n']}"
 
 
+@pytest.mark.slow
 def test_template_date_indices_and_non_json_values(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
@@ -100,6 +101,7 @@ def test_template_date_indices_and_non_json_values(
     assert documents[f"{name}-0-2"]["value_b64"] == "/wA="
 
 
+@pytest.mark.slow
 def test_documents_that_cannot_be_indexed_fail_the_task_or_are_skipped(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:

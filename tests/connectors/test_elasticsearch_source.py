@@ -78,6 +78,7 @@ def test_kill_9_at_random_points_writes_every_document_exactly_once(
     check_exactly_once(talos_url, name, index.ids)
 
 
+@pytest.mark.slow
 def test_without_follow_the_runner_finishes_and_a_rerun_adds_only_new_documents(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
@@ -93,6 +94,7 @@ def test_without_follow_the_runner_finishes_and_a_rerun_adds_only_new_documents(
     check_exactly_once(talos_url, name, index.ids)
 
 
+@pytest.mark.slow
 def test_following_finds_documents_with_the_newest_timestamp_that_became_searchable_later(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:

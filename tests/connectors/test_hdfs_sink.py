@@ -130,6 +130,7 @@ def test_kill_9_at_random_points_leaves_every_record_in_exactly_one_file(
     assert client.status(posixpath.join(f"/sink/{name}", TMP_DIR), strict=False) is not None
 
 
+@pytest.mark.slow
 def test_parquet_files_roll_by_size_and_hold_the_records(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:

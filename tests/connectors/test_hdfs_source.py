@@ -155,6 +155,7 @@ def test_a_smaller_tasks_retires_the_removed_tasks_checkpoints_and_loses_nothing
     assert len(checkpoints.load(name)["0"]["state"]["files"]) == 6  # it holds every file's position now
 
 
+@pytest.mark.slow
 def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:
@@ -183,6 +184,7 @@ def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
     assert f"{name} (hdfs-source): checkpoints of 1 task(s)\n  task 0: 1 file(s), {size} bytes read" in status.stdout
 
 
+@pytest.mark.slow
 def test_a_rotated_file_keeps_its_position_and_a_replaced_one_is_read_from_its_start(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:

@@ -31,6 +31,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 def test_validate_lists_every_problem_with_where_it_is(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(BAD))
@@ -79,6 +80,7 @@ def test_validate_lists_every_problem_with_where_it_is(tmp_path: Path) -> None:
         assert expected in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -126,6 +128,7 @@ def test_valid_configuration_is_summarised(tmp_path: Path) -> None:
     assert "f: hdfs-source, 1 task(s), -> logs" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.search
 def test_an_unreachable_search_server_is_retried_until_it_comes_back(
     talos_url: str, connect_runner: Any, name: str, tmp_path: Path
@@ -154,6 +157,7 @@ def test_an_unreachable_search_server_is_retried_until_it_comes_back(
         later.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.hdfs
 def test_an_unreachable_namenode_and_talos_are_retried_with_backoff(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str

@@ -136,6 +136,7 @@ def stage(client: InsecureClient, directory: str, final: str, token: str, data: 
     write(client, posixpath.join(directory, temp_name(final, token, len(data))), data)
 
 
+@pytest.mark.slow
 @pytest.mark.hdfs
 def test_open_renames_committed_staged_files_and_deletes_the_others(hdfs: HdfsCluster, name: str) -> None:
     """The successor's ``open``, against real HDFS through the sink's own WebHDFS client: a staged file that

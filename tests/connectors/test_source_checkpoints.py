@@ -40,6 +40,7 @@ def crash(writer: SourceWriter) -> None:
     writer.close(release=False)
 
 
+@pytest.mark.slow
 def test_records_written_after_the_checkpoint_are_found_and_not_written_again(talos_url: str, name: str) -> None:
     Admin(talos_url).create_topic(name, partitions=3)
     first = TaskStatus(name, 0)
@@ -91,6 +92,7 @@ def test_a_task_sees_every_task_s_checkpoint_and_another_connector_s_records_are
     assert sorted(m.value for m in read_topic(talos_url, name)) == [b"mine", b"other's"]
 
 
+@pytest.mark.slow
 def test_a_second_crash_before_the_task_met_what_the_first_recovery_found_writes_nothing_twice(
     talos_url: str, name: str
 ) -> None:
@@ -133,6 +135,7 @@ def test_a_range_is_read_whole_even_when_one_fetch_brings_more_than_one_poll_han
     assert len(list(read_to_end(talos_url, name, 0))) == 3000
 
 
+@pytest.mark.slow
 def test_a_paused_task_that_wakes_after_a_takeover_writes_and_checkpoints_nothing(talos_url: str, name: str) -> None:
     Admin(talos_url).create_topic(name, partitions=2)
     old = writer(talos_url, name, name, 0, TaskStatus(name, 0))
@@ -163,6 +166,7 @@ def test_a_paused_task_that_wakes_after_a_takeover_writes_and_checkpoints_nothin
     assert CheckpointStore(talos_url).load(name)["0"]["state"] == {"position": 2}
 
 
+@pytest.mark.slow
 def test_a_second_instance_stands_by_while_the_first_renews_its_lease(talos_url: str, name: str) -> None:
     Admin(talos_url).create_topic(name, partitions=1)
     first = writer(talos_url, name, name, 0, TaskStatus(name, 0))
@@ -202,6 +206,7 @@ def test_a_second_instance_stands_by_while_the_first_renews_its_lease(talos_url:
     second.close()
 
 
+@pytest.mark.slow
 def test_a_write_the_network_delivers_long_after_its_writer_died_is_refused_not_doubled(
     talos_url: str, name: str
 ) -> None:

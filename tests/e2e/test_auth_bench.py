@@ -55,6 +55,7 @@ def test_the_auth_benchmark_compares_with_a_baseline_tree(tmp_path: Path) -> Non
         assert all(math.isfinite(value) and value > 0 for value in ratio.values())
 
 
+@pytest.mark.slow
 def test_a_baseline_tree_without_the_code_is_refused(tmp_path: Path) -> None:
     # A tree the server's modules do not load from would silently measure this tree against itself
     run = subprocess.run(

@@ -134,6 +134,7 @@ def assert_first_messages_readable(server: Server) -> None:
     assert answer["next_offset"] == ACKED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_a_forged_batch_is_refused_and_nothing_is_stored(server: Server, attack: str) -> None:
     with server.client() as http:
@@ -186,12 +187,14 @@ def test_a_decompression_bomb_is_stored_but_the_server_decompresses_only_so_much
     assert [len(v or b"") for v in values] == [20 << 20, 5]
 
 
+@pytest.mark.slow
 def test_still_readable_after_a_restart(server: Server) -> None:
     server.restart()
     assert server.latest() == ACKED
     assert_first_messages_readable(server)
 
 
+@pytest.mark.slow
 def test_a_corrupt_stored_batch_is_stepped_over_by_both_fetch_paths(tmp_path: Path) -> None:
     """A batch an older server stored without checking its records: JSON fetch answers what is readable and
     moves past it (no 500), the SDK consumer skips it and reads on."""

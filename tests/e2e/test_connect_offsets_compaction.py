@@ -58,6 +58,7 @@ def _snapshots(url: str, connector: str) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_a_load_after_many_saves_reads_next_to_nothing(server: StandaloneServer) -> None:
     with Admin(server.url) as admin:
         admin.save_connector_offsets("busy", "0", {"position": 0})
@@ -75,6 +76,7 @@ def test_a_load_after_many_saves_reads_next_to_nothing(server: StandaloneServer)
     assert read < history / 20, f"the load read {read:.0f} bytes of __connect_offsets after {history:.0f} written"
 
 
+@pytest.mark.slow
 def test_snapshots_keep_a_removed_task_removed(server: StandaloneServer) -> None:
     with Admin(server.url) as admin:
         for task in ("0", "1", "2"):
@@ -93,6 +95,7 @@ def test_snapshots_keep_a_removed_task_removed(server: StandaloneServer) -> None
         assert admin.connector_offsets("tomb") == {"0": {"position": 0}}
 
 
+@pytest.mark.slow
 def test_a_restart_rebuilds_the_latest_state_and_the_topic_has_a_retention(tmp_path: Path) -> None:
     instance = StandaloneServer(tmp_path / "data", env=ENV)
     try:

@@ -69,6 +69,7 @@ def owned_group(tenants: Tenants, group: str, *, leave: bool = False) -> str:
     return member
 
 
+@pytest.mark.slow
 def test_only_the_owner_lists_a_group(tenants: Tenants) -> None:
     owned_group(tenants, "listed")
     listings = {}
@@ -107,6 +108,7 @@ def test_another_tenant_cannot_join(tenants: Tenants) -> None:
         assert len(client.get("/v1/groups/closed").json()["members"]) == 1
 
 
+@pytest.mark.slow
 def test_another_tenant_cannot_heartbeat_or_kick_a_member(tenants: Tenants) -> None:
     member = owned_group(tenants, "kickable")
     with tenants.client("beta") as client:
@@ -210,6 +212,7 @@ def test_a_join_over_the_partition_quota_is_429_and_creates_nothing(tenants: Ten
         assert admin.quotas("gamma")["partitions_used"] == 1
 
 
+@pytest.mark.slow
 def test_a_group_grant_lets_another_tenant_in_until_revoked(tenants: Tenants) -> None:
     owned_group(tenants, "shared")
     with tenants.admin("alpha") as alpha:
@@ -232,6 +235,7 @@ def test_a_group_grant_lets_another_tenant_in_until_revoked(tenants: Tenants) ->
         assert answer.status_code == 404 and code(answer) == "UNKNOWN_GROUP"
 
 
+@pytest.mark.slow
 def test_two_tenants_claiming_one_new_group_one_wins(tenants: Tenants) -> None:
     results: dict[str, list[int]] = {"alpha": [], "beta": []}
 

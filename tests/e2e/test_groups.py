@@ -44,6 +44,7 @@ def error_code(answer: tuple[int, dict[str, object]]) -> tuple[int, str]:
     return status, str(error["code"])
 
 
+@pytest.mark.slow
 def test_bad_group_requests_get_clear_errors(server: StandaloneServer, topic_name: str) -> None:
     url = server.url
     produce(url, topic_name, 1)
@@ -70,6 +71,7 @@ def test_bad_group_requests_get_clear_errors(server: StandaloneServer, topic_nam
     assert request(url, "DELETE", f"/v1/groups/{topic_name}-g/members/{answer['member_id']}")[0] == 204
 
 
+@pytest.mark.slow
 def test_members_share_the_partitions_and_every_message_is_consumed_once(
     server: StandaloneServer, topic_name: str
 ) -> None:
@@ -103,6 +105,7 @@ def test_members_share_the_partitions_and_every_message_is_consumed_once(
     assert described["state"] == "empty" and described["members"] == []  # both left on close
 
 
+@pytest.mark.slow
 def test_lag_is_the_high_watermark_minus_the_committed_offset(server: StandaloneServer, topic_name: str) -> None:
     produce(server.url, topic_name, 10)
     with Consumer(server.url, group=topic_name, topics=[topic_name], auto_commit=False, session_timeout_s=3) as c:
@@ -127,6 +130,7 @@ def test_lag_is_the_high_watermark_minus_the_committed_offset(server: Standalone
     assert f"{topic_name}" in cli.stdout and "LAG" in cli.stdout
 
 
+@pytest.mark.slow
 def test_retry_redelivers_after_the_delay_and_the_last_failure_goes_to_dead_letters(
     server: StandaloneServer, topic_name: str
 ) -> None:
@@ -179,6 +183,7 @@ def test_broadcast_gives_every_member_every_message_with_offsets_per_instance(
     ]
 
 
+@pytest.mark.slow
 def test_reset_offsets_and_seek(server: StandaloneServer, topic_name: str) -> None:
     produce(server.url, topic_name, 20)
     with Consumer(server.url, group=topic_name, topics=[topic_name], session_timeout_s=3) as c:

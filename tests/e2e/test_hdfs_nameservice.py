@@ -8,6 +8,8 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from fencing import open_storage
 from talos import Admin, Consumer, Producer
 from talos.devservices import HdfsCluster, free_port
@@ -31,6 +33,7 @@ def _pointed_at(hdfs: HdfsCluster, conf_dir: Path) -> str:
     return nameservice.group(1)
 
 
+@pytest.mark.slow
 def test_server_stores_through_the_nameservice(hdfs: HdfsCluster, tmp_path: Path, topic_name: str) -> None:
     nameservice = _pointed_at(hdfs, tmp_path / "hadoop")
     server = StandaloneServer(

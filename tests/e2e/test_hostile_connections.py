@@ -190,6 +190,7 @@ def wait_closed(socks: list[socket.socket], deadline: float) -> dict[int, tuple[
     return closed
 
 
+@pytest.mark.slow
 def test_slow_loris_is_cut_off_while_others_produce(guarded: Guarded) -> None:
     hostile = [connect(guarded.server) for _ in range(150)]
     opened = time.monotonic()
@@ -220,6 +221,7 @@ def test_slow_loris_is_cut_off_while_others_produce(guarded: Guarded) -> None:
                 sock.close()
 
 
+@pytest.mark.slow
 def test_connection_flood_is_refused_fast_and_others_carry_on(guarded: Guarded) -> None:
     with guarded.client() as http:
         steady = SteadyClient(http)
@@ -262,6 +264,7 @@ def test_connection_flood_is_refused_fast_and_others_carry_on(guarded: Guarded) 
     assert "Too many open files" not in guarded.log()
 
 
+@pytest.mark.slow
 def test_stalled_and_trickled_bodies_get_408(guarded: Guarded) -> None:
     head = (
         f"POST /v1/topics/{TOPIC}/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {guarded.token}\r\n"
@@ -372,6 +375,7 @@ def test_sustained_flood_at_a_low_descriptor_limit(tmp_path: Path) -> None:
         process.stop()
 
 
+@pytest.mark.slow
 def test_keep_alive_deadlines_close_idle_and_trickling_connections_not_busy_ones(tmp_path: Path) -> None:
     """One watchdog per connection keeps all its deadlines: an idle keep-alive connection is closed silently
     after the keep-alive timeout, one trickling a next head gets 408 once keep-alive plus head timeout have

@@ -32,6 +32,7 @@ def _produce(value: str, *, extra: str = "", version: str = "1.1") -> bytes:
     return head.encode() + body
 
 
+@pytest.mark.slow
 def test_pipelined_hot_and_other_requests_are_answered_in_order(address: tuple[str, int]) -> None:
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(

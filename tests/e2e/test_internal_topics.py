@@ -43,6 +43,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         yield found
 
 
+@pytest.mark.slow
 def test_a_tenant_reaches_no_internal_topic_directly_and_the_admin_reads_them(setup: Setup) -> None:
     wait_until(  # the servers' own writers made theirs
         lambda: (
@@ -93,6 +94,7 @@ def test_connector_offsets_belong_to_the_tenant_even_under_one_name(setup: Setup
         assert client.get("/v1/connectors/..bad/offsets").status_code == 400
 
 
+@pytest.mark.slow
 def test_a_tenants_dead_letter_traffic_counts_against_its_byte_quota(setup: Setup) -> None:
     with Admin(setup.server.url, token=ADMIN_TOKEN) as admin:
         assert "__dlq.billing" in {t.name for t in admin.list_topics()}  # the group's join made it

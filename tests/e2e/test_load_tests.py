@@ -15,6 +15,7 @@ from talos.devservices import StandaloneServer
 RUNNER = Path(__file__).resolve().parents[2] / "load_tests" / "locust_run.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["produce", "consume", "mixed"])
 def test_a_scenario_runs_headless_and_reports(server: StandaloneServer, scenario: str, tmp_path: Path) -> None:
     flags = ["--scenario", scenario, "--seconds", "2", "--users", "8", "--prefill", "500", "--topic", "locust"]

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import orjson
+import pytest
 
 from talos import Admin, Consumer, Producer
 from tests.e2e.conftest import StandaloneServer
@@ -74,6 +75,7 @@ def line(process: subprocess.Popen[str]) -> dict[str, object]:
     return answer
 
 
+@pytest.mark.slow
 def test_a_member_paused_past_its_session_cannot_commit_what_it_held(server: StandaloneServer, topic_name: str) -> None:
     with Admin(server.url) as admin:
         admin.create_topic(topic_name, partitions=1)

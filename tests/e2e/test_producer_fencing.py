@@ -24,6 +24,7 @@ from tests.e2e.conftest import StandaloneServer
 from tests.helpers import partition_values
 
 
+@pytest.mark.slow
 def test_a_named_producer_keeps_its_id_and_each_claim_bumps_the_epoch(server: StandaloneServer) -> None:
     with Admin(server.url) as admin:
         first = admin.claim_producer("bumps")
@@ -34,6 +35,7 @@ def test_a_named_producer_keeps_its_id_and_each_claim_bumps_the_epoch(server: St
     assert other.producer_id != first.producer_id
 
 
+@pytest.mark.slow
 def test_a_fence_refuses_the_old_epoch_on_partitions_the_new_instance_never_wrote(server: StandaloneServer) -> None:
     topic = "fenced-zombie"
     with Admin(server.url) as admin:
@@ -56,6 +58,7 @@ def test_a_fence_refuses_the_old_epoch_on_partitions_the_new_instance_never_wrot
     assert partition_values(server.url, topic, 0) == [b"new"]
 
 
+@pytest.mark.slow
 def test_a_fence_survives_a_restart_of_the_server(server: StandaloneServer) -> None:
     topic = "fence-restart"
     with Admin(server.url) as admin:

@@ -51,6 +51,7 @@ def values(client: httpx.Client) -> list[str]:
     return [m["value"] for m in answer.json()["messages"]]
 
 
+@pytest.mark.slow
 def test_producer_ids_are_random_not_sequential(tenants: Tenants) -> None:
     ids = [new_producer(tenants.beta) for _ in range(5)] + [new_producer(tenants.alpha)]
     assert len(set(ids)) == len(ids)

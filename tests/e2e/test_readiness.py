@@ -23,6 +23,7 @@ def _status(url: str) -> tuple[int, dict[str, object]]:
         return error.code, json.load(error)
 
 
+@pytest.mark.slow
 @pytest.mark.hdfs
 def test_readiness_follows_storage_and_liveness_does_not(tmp_path: Path) -> None:
     hdfs = HdfsCluster(tmp_path / "hdfs")  # its own: this test stops the NameNode

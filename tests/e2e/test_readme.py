@@ -45,6 +45,7 @@ def test_readme_quickstart_has_exactly_two_commands() -> None:
     assert "./scripts/test" in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.slow
 def test_readme_examples_run_in_order(readme_server: StandaloneServer, tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the examples call .venv/bin/talos

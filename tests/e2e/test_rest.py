@@ -59,6 +59,7 @@ def assert_error(status: int, body: Any, expected_status: int, code: str) -> Non
     assert isinstance(body["error"]["retriable"], bool)
 
 
+@pytest.mark.slow
 def test_topic_lifecycle(server: StandaloneServer, topic_name: str) -> None:
     status, body = call(server, "POST", "/v1/topics", {"name": topic_name, "partitions": 3, "retention_ms": 60000})
     assert status == 201
@@ -281,6 +282,7 @@ def _reads(server: StandaloneServer) -> dict[str, float]:
     return {source: float(found.get(source, 0)) for source in ("cache", "storage")}
 
 
+@pytest.mark.slow
 def test_fetches_of_recent_data_come_from_memory(tmp_path: Path) -> None:
     """Fresh data is served by the tail cache; after a restart (empty cache) the same fetch reads storage."""
     server = StandaloneServer(tmp_path / "data")

@@ -89,6 +89,7 @@ def run_schemathesis(
     return subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=False, cwd=report.parent)
 
 
+@pytest.mark.slow
 def test_the_served_document_documents_the_error_statuses(target: Target) -> None:
     """The precondition of the runs below: without it every 4xx is an 'undocumented status'."""
     document = httpx.get(f"{target.server.url}/openapi.json", timeout=30).json()

@@ -33,6 +33,7 @@ from talos._transport import check
 from tests.e2e.conftest import StandaloneServer
 
 
+@pytest.mark.slow
 def test_admin(server: StandaloneServer, topic_name: str) -> None:
     with Admin(server.url) as admin:
         created = admin.create_topic(topic_name, partitions=2, retention_ms=3600_000)
@@ -123,6 +124,7 @@ def test_consumer_seek_and_explicit_partitions(server: StandaloneServer, topic_n
         assert consumer.poll(2.0)[0].offset == 0
 
 
+@pytest.mark.slow
 def test_consumer_long_poll_gets_new_messages(server: StandaloneServer, topic_name: str) -> None:
     Admin(server.url).create_topic(topic_name, partitions=3)
     # 2 s long polls: closing the consumer waits for those in flight (the partitions that got nothing).

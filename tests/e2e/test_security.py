@@ -67,6 +67,7 @@ def error_code(response: httpx.Response) -> str:
     return str(response.json()["error"]["code"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "path"),
     [
@@ -252,6 +253,7 @@ def test_tokens_never_appear_in_responses_or_logs(secured: Secured) -> None:
     assert documents and all(secret not in document for document in documents)
 
 
+@pytest.mark.slow
 def test_the_cli_manages_tenants_tokens_grants_and_quotas(secured: Secured, tmp_path: Path) -> None:
     env = {**os.environ, "TALOS_URL": secured.url, "TALOS_TOKEN": ADMIN_TOKEN}
 

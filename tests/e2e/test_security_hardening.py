@@ -43,6 +43,7 @@ def fetch(client: httpx.Client, topic: str) -> httpx.Response:
 # ---------------------------------------------------------------- grants die with their topic
 
 
+@pytest.mark.slow
 def test_a_grant_dies_with_its_topic_and_never_reaches_a_new_topic_of_the_same_name(tenants: Tenants) -> None:
     with tenants.client("a") as a, tenants.client("b") as b, tenants.client("c") as c:
         assert a.post("/v1/topics", json={"name": "handover", "partitions": 1}).status_code == 201
@@ -128,6 +129,7 @@ def test_metrics_name_tenants_and_topics_only_to_the_admin(tenants: Tenants) -> 
         assert re.search(r"^talos_messages_in_total [1-9]", answer.text, re.MULTILINE), "the totals are there"
 
 
+@pytest.mark.slow
 def test_metrics_labels_public_is_an_option(tmp_path: Path) -> None:
     env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on"}
     instance = StandaloneServer(tmp_path / "data", env=env, args=("--metrics-labels", "public"))
@@ -180,6 +182,7 @@ def _document_size(server: StandaloneServer) -> int:
     return files[-1].stat().st_size
 
 
+@pytest.mark.slow
 def test_decided_requests_leave_the_document_for_the_audit_log(tenants: Tenants) -> None:
     with Admin(tenants.url, token=ADMIN_TOKEN) as admin, tenants.client("admin") as client:
         admin.create_tenant("asker")

@@ -167,6 +167,7 @@ def test_a_read_storm_runs_on_the_read_pool_beside_the_writes(busy_server: Stand
     print(f"{reads[0]} reads; quick writes: median {statistics.median(quick) * 1000:.1f} ms")
 
 
+@pytest.mark.slow
 def test_a_fetch_from_storage_meters_every_message_it_sends(busy_server: StandaloneServer, topics: int) -> None:
     """A read from the segment files is one buffer of many batches: the tenant's ``messages_out`` counts the
     messages of all of them from the fetch's offset, as the tail cache's one buffer per batch does."""

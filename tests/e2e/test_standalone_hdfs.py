@@ -11,6 +11,7 @@ from talos import Admin, Consumer, Producer
 from talos.devservices import HdfsCluster, StandaloneServer
 
 
+@pytest.mark.slow
 @pytest.mark.hdfs
 def test_standalone_on_hdfs_keeps_everything_across_restarts(hdfs: HdfsCluster, tmp_path: Path) -> None:
     server = StandaloneServer(tmp_path / "local", args=("--storage", f"{hdfs.url}/standalone-e2e"))

@@ -276,6 +276,7 @@ def _leaks(world: World, text: str, sent: str) -> list[str]:
     return [s for s in secrets_of_b if s in text and s not in sent]
 
 
+@pytest.mark.slow
 def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: World) -> None:
     document = httpx.get(f"{world.server.url}/openapi.json", timeout=30).json()
     before = _snapshot(world)

@@ -99,6 +99,7 @@ def wait_for_ring(keeper: RingKeeper, members: set[str], timeout: float = 10.0) 
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_delayed_reassignment_on_the_real_zookeeper(connect: Connect) -> None:
     servers = {name: connect() for name in ("s1", "s2", "s3")}
     for name, client in servers.items():

@@ -48,6 +48,7 @@ def test_webhdfs_answers(hdfs: HdfsCluster) -> None:
     assert [(s["pathSuffix"], s["length"]) for s in listing] == [("file", 4)]
 
 
+@pytest.mark.slow
 def test_datanode_restart(hdfs: HdfsCluster) -> None:
     hdfs.stop_datanode()
     hdfs.start_datanode()

@@ -45,6 +45,7 @@ def check_heir(storage: Storage, acks: list[dict[str, object]]) -> None:
     heir.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(5))
 def test_kill_minus_9_loses_no_acknowledged_write(storage: Storage, round_: int) -> None:
     rng = random.Random(round_)

@@ -84,6 +84,7 @@ def test_rename_never_overwrites(storage: Storage) -> None:
         storage.fs.rename(storage.path("x"), storage.path("w"))
 
 
+@pytest.mark.slow
 def test_publish_writes_whole_files_and_never_replaces_one(storage: Storage) -> None:
     path = storage.path("meta", "0000000001.json")
     storage.fs.publish(path, b"first")
@@ -93,6 +94,7 @@ def test_publish_writes_whole_files_and_never_replaces_one(storage: Storage) -> 
     assert [entry.name for entry in storage.fs.list(storage.path("meta"))] == ["0000000001.json"]  # nothing aside
 
 
+@pytest.mark.slow
 def test_delete(storage: Storage) -> None:
     storage.fs.write_file(storage.path("gone", "f"), b"f")
     assert storage.fs.delete(storage.path("gone", "f"))

@@ -142,6 +142,7 @@ def test_out_of_range_reads(storage: Storage) -> None:
     plog.close()
 
 
+@pytest.mark.slow
 def test_roll_by_size_and_reopen_keeps_everything(storage: Storage) -> None:
     plog = open_log(storage, segment_bytes=500)
     expected = []
@@ -175,6 +176,7 @@ def test_roll_by_age(storage: Storage) -> None:
     plog.close()
 
 
+@pytest.mark.slow
 def test_takeover_after_a_crash_without_close(storage: Storage) -> None:
     crashed = open_log(storage)
     for i in range(5):
@@ -210,6 +212,7 @@ def test_old_owner_is_fenced_after_takeover(storage: Storage) -> None:
     new.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["roll:sealed-old", "roll:created-new"])
 def test_takeover_while_the_old_owner_rolls(storage: Storage, step: str) -> None:
     """The new owner takes over at the worst moment of the old owner's roll; the old one must notice."""
@@ -269,6 +272,7 @@ def test_graceful_close_seals_so_the_next_owner_recovers_nothing(storage: Storag
     heir.close()
 
 
+@pytest.mark.slow
 def test_retention_by_bytes_deletes_only_whole_sealed_segments(storage: Storage) -> None:
     plog = open_log(storage, segment_bytes=400, retention_bytes=1000)
     for i in range(30):
@@ -292,6 +296,7 @@ def test_retention_by_bytes_deletes_only_whole_sealed_segments(storage: Storage)
     plog.close()
 
 
+@pytest.mark.slow
 def test_retention_by_time(storage: Storage) -> None:
     plog = open_log(storage, segment_bytes=200, retention_ms=60_000)
     for i in range(10):
@@ -313,6 +318,7 @@ def test_retention_by_time(storage: Storage) -> None:
     heir.close()
 
 
+@pytest.mark.slow
 def test_restart_with_an_empty_active_segment_keeps_the_next_offset(storage: Storage) -> None:
     plog = open_log(storage, retention_ms=0)
     plog.append(batch(b"a", b"b"))
@@ -430,6 +436,7 @@ def test_the_flush_that_rolls_returns_while_the_old_segment_still_closes(storage
     heir.close()
 
 
+@pytest.mark.slow
 def test_a_takeover_during_a_background_seal_seals_it_once_and_keeps_every_acknowledged_write(
     storage: Storage, held: Held
 ) -> None:

@@ -35,6 +35,7 @@ def write_open_segment(storage: Storage, directory: str, data: bytes, epoch: int
     storage.fs.write_file(f"{directory}/{SegmentName(0, epoch)}", data)
 
 
+@pytest.mark.slow
 def test_torn_tail_cut_at_every_byte_of_the_last_batch(storage: Storage) -> None:
     batches = make_batches(3)
     whole = b"".join(batches[:2])

@@ -7,6 +7,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from hashring import imbalance, partition_key
 from metering.duckdb_store import DuckDbStore
 from metering.store import MinuteUsage
@@ -27,6 +29,7 @@ def skewed_usage(store: DuckDbStore, partitions: int = 400) -> None:
     store.ingest(rows, {0: 1})
 
 
+@pytest.mark.slow
 def test_the_ring_keeper_weights_the_ring_by_metered_traffic(connect: Connect, tmp_path: Path) -> None:
     store_path = tmp_path / "usage.duckdb"
     skewed_usage(DuckDbStore(store_path))

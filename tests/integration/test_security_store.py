@@ -7,6 +7,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from server.config import ServerConfig
 from server.security.guard import Security
 from server.security.state import SecurityState, TokenRecord
@@ -16,6 +18,7 @@ from server.topics import TopicConfig
 from tests.conftest import Storage
 
 
+@pytest.mark.slow
 def test_racing_changes_from_many_servers_all_land(storage: Storage) -> None:
     stores = [SecurityStore(storage.fs, storage.path("root")) for _ in range(4)]  # one per "server"
     errors: list[BaseException] = []
@@ -40,6 +43,7 @@ def test_racing_changes_from_many_servers_all_land(storage: Storage) -> None:
     assert len(versions) <= 10  # old versions are pruned
 
 
+@pytest.mark.slow
 def test_a_writer_that_stalled_past_the_pruning_applies_its_change_again(storage: Storage) -> None:
     root = storage.path("stalled")
     slow, others = SecurityStore(storage.fs, root), SecurityStore(storage.fs, root)
@@ -67,6 +71,7 @@ class _NoTopics:
         return False
 
 
+@pytest.mark.slow
 def test_a_token_made_on_one_server_works_on_another_at_once(storage: Storage) -> None:
     """The other server re-read the document a moment before the token was made: it must not refuse the
     token until its next periodic re-read (the CI failure this guards against)."""

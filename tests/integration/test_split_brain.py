@@ -167,6 +167,7 @@ def check_takeover(a: Worker, took: dict[str, Any]) -> None:
     assert sum(base >= took["first"] for base in stored) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round_", range(3))
 def test_writes_synced_after_the_takeover_read_the_segment_are_never_acknowledged(
     storage: Storage, round_: int, tmp_path: Path

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from server.errors import ApiError
 from server.topics import TopicConfig, TopicStore
 from tests.conftest import Storage
 
 
+@pytest.mark.slow
 def test_a_racing_creator_sees_the_whole_topic_or_none(storage: Storage) -> None:
     store = TopicStore(storage.fs, storage.root)
 

@@ -14,6 +14,8 @@ import pytest
 from tests.netfaults.conftest import echo_server
 from tests.netfaults.network import REPO, Network, leftovers
 
+pytestmark = pytest.mark.slow  # namespaces, links and timed faults: seconds per test
+
 PROBE = """
 import json, socket, sys, time
 kind, host, port, tries, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])

@@ -16,6 +16,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/spark/" in str(item.path).replace("\\\\", "/"):
             item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.slow)  # a Spark job takes seconds: not for `-m "not slow"`
 
 
 @pytest.fixture(scope="session")

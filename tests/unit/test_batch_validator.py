@@ -96,6 +96,7 @@ def assert_fetchable(body: bytes, base_offset: int) -> bool:
     return bool(skipped)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(valid_batches(), st.integers(0, 2**40))
 def test_every_batch_the_encoder_makes_passes(batch: bytes, base: int) -> None:
@@ -104,6 +105,7 @@ def test_every_batch_the_encoder_makes_passes(batch: bytes, base: int) -> None:
     assert not assert_fetchable(batch, base)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_batches(), st.integers(0, 2**40))
 def test_a_mutated_batch_is_rejected_or_fetchable(body: bytes, base: int) -> None:

@@ -38,6 +38,7 @@ batches = st.lists(records, min_size=1, max_size=20)
 ids = st.integers(min_value=-1, max_value=2**62)
 
 
+@pytest.mark.slow
 @given(batches, st.integers(min_value=0, max_value=2**62), ids, st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1))
 def test_round_trip(recs: list[RecordData], base: int, producer_id: int, epoch: int, sequence: int) -> None:
     data = encode_batch(recs, base_offset=base, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
@@ -65,6 +66,7 @@ def test_assigning_offsets_patches_only_the_base_offset(recs: list[RecordData], 
     assert decode_records(patched)[0].offset == base
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(batches, st.data())
 def test_any_flipped_bit_outside_the_base_offset_is_detected(recs: list[RecordData], data: st.DataObject) -> None:
@@ -75,6 +77,7 @@ def test_any_flipped_bit_outside_the_base_offset_is_detected(recs: list[RecordDa
         verify_batch(encoded)
 
 
+@pytest.mark.slow
 @settings(max_examples=100)
 @given(st.lists(batches, min_size=2, max_size=5), st.data())
 def test_flipped_base_offset_bit_is_caught_by_the_log_scan(groups: list[list[RecordData]], data: st.DataObject) -> None:

@@ -91,6 +91,7 @@ def test_round_trip_with_keys_headers_and_timestamps(codec: Codec) -> None:
     assert [r.offset for r in decoded] == list(range(40, 40 + len(RECORDS)))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(records, min_size=1, max_size=20), st.sampled_from(CODECS), st.integers(0, 2**62))
 def test_any_batch_round_trips_through_every_codec(recs: list[RecordData], codec: Codec, base: int) -> None:

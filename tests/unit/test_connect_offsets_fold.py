@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +128,7 @@ def _truth(saves: list[tuple[int, ConnectorKey, str, dict[str, Any] | None]], be
     return latest
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_SAVE, _SAVE, _SNAPSHOT), max_size=40), st.integers(0, 40))
 def test_fold_equals_the_newest_saves_also_after_retention(ops: list[tuple[Any, ...]], cut: int) -> None:

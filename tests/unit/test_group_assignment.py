@@ -3,6 +3,7 @@ assignment could (checked against a brute-force bound, independent of the implem
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ def scenarios(draw: st.DrawFn) -> tuple[int, list[str], dict[tuple[str, int], st
     return n, sorted(before), current, sorted(after)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(scenarios())
 def test_a_change_moves_the_fewest_partitions_and_stays_balanced(

@@ -59,6 +59,7 @@ members = st.dictionaries(st.sampled_from([f"s{i}" for i in range(8)]), st.integ
 traffics = st.dictionaries(st.sampled_from(KEYS[:80]), st.floats(0.0, 1000.0), min_size=1, max_size=80)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(members, traffics)
 def test_rebalance_never_makes_balance_worse(counts: dict[str, int], traffic: dict[str, float]) -> None:

@@ -161,6 +161,7 @@ def import_cycles(imports: list[Import]) -> list[list[str]]:
     return cycles
 
 
+@pytest.mark.slow
 def test_the_walk_sees_imports() -> None:
     imports = all_imports()
     # A guard against a walk that silently finds nothing: arrows known to exist are seen, at the right level.

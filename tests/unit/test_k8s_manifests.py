@@ -145,6 +145,7 @@ def _server(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, An
     return deployment, deployment["spec"]["template"]["spec"]["containers"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_object_passes_strict_validation(rendered: dict[str, list[dict[str, Any]]], overlay: str) -> None:
     objects = rendered[overlay]

@@ -266,12 +266,14 @@ def _check(decision: Decision, demand: Demand) -> None:
         assert demand.requested > max(decision.threshold, demand.current or 0)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(demand=demands, policy=policies)
 def test_any_valid_demand_gets_a_consistent_decision(demand: Demand, policy: Policy) -> None:
     _check(decide(demand, policy), demand)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(demand=demands, policy=policies, pair=st.tuples(amounts, amounts))
 def test_decisions_are_monotonic_in_the_ask(demand: Demand, policy: Policy, pair: tuple[float, float]) -> None:

@@ -160,6 +160,7 @@ def test_a_bucket_admits_until_in_debt_and_says_how_long_to_wait() -> None:
     assert retry_after_header(0.01) == "1" and retry_after_header(1.2) == "2"
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(rate=st.floats(1e3, 1e7), size_fraction=st.floats(0.001, 0.5), clients=st.integers(1, 16))
 def test_a_greedy_client_that_obeys_retry_after_gets_the_rate_within_ten_percent(

@@ -72,6 +72,7 @@ def record_lists(draw: st.DrawFn) -> list[object]:
     return records
 
 
+@pytest.mark.slow
 @needs_speedups
 @settings(max_examples=300)
 @given(record_lists(), st.one_of(INT64, st.integers(-(2**70), 2**70), odd), st.booleans())
@@ -182,6 +183,7 @@ def sections(draw: st.DrawFn) -> tuple[object, int, int, int, int, int]:
     return buffer, start, end, count, base_offset, first
 
 
+@pytest.mark.slow
 @needs_speedups
 @settings(max_examples=500)
 @given(sections())

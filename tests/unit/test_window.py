@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import orjson
+import pytest
 
 from talos import AsyncFunctionTransport, FunctionTransport, Producer, RecordData, Response, decode_records
 from talos._accumulator import PendingBatch
@@ -108,6 +109,7 @@ def test_window_confirms_by_checkpoint_and_resends_after_the_old_sessions_end() 
     assert window.session == 2 and window.empty
 
 
+@pytest.mark.slow
 def test_the_asyncio_twin_resends_what_a_reload_lost() -> None:
     import asyncio
 

@@ -69,6 +69,7 @@ class ClusterMember:
         self._stop = threading.Event()
         self._keeper_thread: threading.Thread | None = None
         self._reregister = threading.Event()
+        self._ring_lock = threading.Lock()
 
     # ---------------------------------------------------------------- lifecycle (blocking: run in a thread)
 
@@ -177,11 +178,23 @@ class ClusterMember:
             log.info("ZooKeeper connected")
 
     def _ring_changed(self, data: bytes | None, _stat: ZnodeStat | None) -> None:
-        ring = Ring.from_json(orjson.loads(data)) if data else Ring({}, 0)
-        if ring.version < self.ring.version and data:
-            return  # a late notification
-        self.ring = ring
-        log.info("ring version %d: %s", ring.version, sorted(ring.members))
+        if data:
+            self._adopt(Ring.from_json(orjson.loads(data)), "its watch")
+        else:  # the ring's node deleted: nothing is owned
+            with self._ring_lock:
+                self.ring = Ring({}, 0)
+            self._on_ring(self.ring)
+
+    def _adopt(self, ring: Ring, source: str) -> None:
+        """Act on ``ring`` if it is newer than the one in force. From the ring's watch (kazoo's thread) and from
+        the ring keeper's own reads: the watch is one-shot, set again by a read that kazoo retries only a few
+        times, so on a flapping link it can miss a change for good (a deposed owner then went on serving its
+        stale copy of a partition to consumers)."""
+        with self._ring_lock:
+            if ring.version <= self.ring.version:
+                return
+            self.ring = ring
+        log.info("ring version %d: %s (from %s)", ring.version, sorted(ring.members), source)
         self._on_ring(ring)
 
     def _servers_changed(self, _children: list[str]) -> None:
@@ -209,7 +222,7 @@ class ClusterMember:
                     self._refresh_servers = False
                     self.servers = self._registry.live()
                 if self.registered:
-                    keeper.tick()
+                    self._adopt(keeper.tick(), "the ring keeper")
             except (KazooException, KazooTimeoutError, RuntimeError) as exc:
                 log.warning("ring maintenance: %r", exc)
                 if not self.registered:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.protocol.states import ZnodeStat
 
 from fencing import DirectoryEpochSource, PartitionLog, open_storage
 from hashring import Ring
+from server.cluster import ClusterMember
+from server.config import ServerConfig
 from server.coordination import RingKeeper, RingStore, ServerRegistry, StaleRingError, ZkEpochSource
 from talos import RecordData, encode_batch
+from talos.devservices import ZooKeeperServer, wait_until
 from tests.integration.conftest import Connect
 
 
@@ -151,3 +156,45 @@ def test_concurrent_keepers_agree_on_one_ring(connect: Connect) -> None:
     final, _ = RingStore(connect()).read()
     assert set(final.members) == {"a", "b", "c", "d"}
     assert {r.version for r in rings} == {final.version}  # one publication won; the others read it
+
+
+def test_a_ring_change_its_watch_missed_is_read_by_the_ring_keeper(
+    zookeeper: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ring's watch is one-shot and set again by a read that kazoo retries only a few times: under the
+    # campaign's flapping links a server missed a ring change for good and went on serving a partition it had
+    # lost. Here the watch hears nothing once `deaf` is set; the server must still act on the new ring.
+    deaf = threading.Event()
+    heard = ClusterMember._ring_changed
+
+    def unless_deaf(self: ClusterMember, data: bytes | None, stat: ZnodeStat | None) -> None:
+        if not deaf.is_set():
+            heard(self, data, stat)
+
+    monkeypatch.setattr(ClusterMember, "_ring_changed", unless_deaf)
+    rings: list[Ring] = []
+    config = ServerConfig(
+        zk=f"{zookeeper.address}/missed-{uuid.uuid4().hex[:8]}",
+        server_id="s1",
+        zk_session_timeout_s=4.0,
+        join_delay_s=0.2,
+        reassign_delay_s=30.0,  # s2 below is in the ring without a registration: it stays meanwhile
+        ring_check_s=0.1,
+    )
+    member = ClusterMember(config, on_ring=rings.append, on_session_lost=lambda: None)
+    member.start()
+    other = KazooClient(hosts=config.zk)
+    try:
+        wait_until(lambda: "s1" in member.ring.members, timeout=10, what="s1 in its ring")
+        deaf.set()
+        other.start(timeout=15)
+        store = RingStore(other)
+        ring, version = store.read()
+        assert store.publish(ring.with_members({**ring.members, "s2": 160}), version)
+        wait_until(lambda: member.ring.version > ring.version, timeout=5, what="the new ring, with its watch deaf")
+        assert set(member.ring.members) == {"s1", "s2"}
+        assert rings[-1] == member.ring  # the broker was told
+    finally:
+        member.stop(leave=False)
+        other.stop()
+        other.close()

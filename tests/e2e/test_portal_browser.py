@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from metering.duckdb_store import DuckDbStore
@@ -106,7 +107,21 @@ def click_and_load(driver: WebDriver, element_id: str) -> None:
     """Click what submits a form, and wait until the next page has replaced this one."""
     old = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.ID, element_id).click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old), f"a new page after {element_id}")
+    WebDriverWait(driver, 15).until(lambda _driver: replaced(old), f"a new page after {element_id}")
+
+
+def replaced(element: WebElement) -> bool:
+    """``expected_conditions.staleness_of``, also when chromedriver asks about the element in the middle of the
+    navigation and answers "Node with given id does not belong to the document" (seen once in CI)."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def ask(driver: WebDriver, url: str, *, topic: str, resource: str, value: str, unit: str, why: str) -> tuple[str, str]:

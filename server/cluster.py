@@ -180,18 +180,16 @@ class ClusterMember:
     def _ring_changed(self, data: bytes | None, _stat: ZnodeStat | None) -> None:
         if data:
             self._adopt(Ring.from_json(orjson.loads(data)), "its watch")
-        else:  # the ring's node deleted: nothing is owned
-            with self._ring_lock:
-                self.ring = Ring({}, 0)
-            self._on_ring(self.ring)
+        else:  # the ring's node deleted: nothing is owned, whatever was
+            self._adopt(Ring({}, 0), "its watch", even_older=True)
 
-    def _adopt(self, ring: Ring, source: str) -> None:
+    def _adopt(self, ring: Ring, source: str, *, even_older: bool = False) -> None:
         """Act on ``ring`` if it is newer than the one in force. From the ring's watch (kazoo's thread) and from
         the ring keeper's own reads: the watch is one-shot, set again by a read that kazoo retries only a few
         times, so on a flapping link it can miss a change for good (a deposed owner then went on serving its
         stale copy of a partition to consumers)."""
         with self._ring_lock:
-            if ring.version <= self.ring.version:
+            if ring.version <= self.ring.version and not even_older:
                 return
             self.ring = ring
         log.info("ring version %d: %s (from %s)", ring.version, sorted(ring.members), source)

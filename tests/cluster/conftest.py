@@ -52,7 +52,7 @@ QUICK_REASSIGN = dataclasses.replace(FAST, reassign_delay_s=2.0)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:  # every test here starts servers, most of them three, and kills or pauses some
-        if "tests/cluster/" in str(item.path).replace("\\", "/"):
+        if item.path.is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.slow)
 
 

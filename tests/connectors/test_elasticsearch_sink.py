@@ -14,7 +14,7 @@ from talos.devservices import SearchServer, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector
 from tests.connectors.test_hdfs_sink import PARTITIONS, produce, topic_contents
 
-pytestmark = [pytest.mark.search]
+pytestmark = [pytest.mark.search, pytest.mark.slow]
 
 
 def count(client: OpenSearch, index: str) -> int:
@@ -44,7 +44,6 @@ def sink_config(name: str, search: SearchServer, **settings: Any) -> dict[str, A
     return one_connector(name, "elasticsearch-sink", config, tasks=2)
 
 
-@pytest.mark.slow
 def test_kill_9_at_random_points_leaves_every_record_indexed_exactly_once(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
@@ -76,7 +75,6 @@ def test_kill_9_at_random_points_leaves_every_record_indexed_exactly_once(
         assert document["talos"]["key"] == f"k{document['n']}"
 
 
-@pytest.mark.slow
 def test_template_date_indices_and_non_json_values(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
@@ -101,7 +99,6 @@ def test_template_date_indices_and_non_json_values(
     assert documents[f"{name}-0-2"]["value_b64"] == "/wA="
 
 
-@pytest.mark.slow
 def test_documents_that_cannot_be_indexed_fail_the_task_or_are_skipped(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:

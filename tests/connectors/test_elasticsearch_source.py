@@ -18,7 +18,7 @@ from talos.devservices import SearchServer, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector
 from tests.connectors.test_hdfs_source import read_topic, topic_count
 
-pytestmark = [pytest.mark.search]
+pytestmark = [pytest.mark.search, pytest.mark.slow]
 
 
 class Index:
@@ -58,7 +58,6 @@ def check_exactly_once(url: str, name: str, ids: list[str]) -> None:
         assert f"doc-{orjson.loads(message.value or b'')['n']}".encode() == message.key
 
 
-@pytest.mark.slow
 def test_kill_9_at_random_points_writes_every_document_exactly_once(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
@@ -78,7 +77,6 @@ def test_kill_9_at_random_points_writes_every_document_exactly_once(
     check_exactly_once(talos_url, name, index.ids)
 
 
-@pytest.mark.slow
 def test_without_follow_the_runner_finishes_and_a_rerun_adds_only_new_documents(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:
@@ -94,7 +92,6 @@ def test_without_follow_the_runner_finishes_and_a_rerun_adds_only_new_documents(
     check_exactly_once(talos_url, name, index.ids)
 
 
-@pytest.mark.slow
 def test_following_finds_documents_with_the_newest_timestamp_that_became_searchable_later(
     talos_url: str, search: SearchServer, connect_runner: Any, name: str
 ) -> None:

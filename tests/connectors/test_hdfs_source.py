@@ -18,7 +18,7 @@ from talos import Admin, Consumer, Message
 from talos.devservices import HdfsCluster, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector, talos_cli
 
-pytestmark = [pytest.mark.hdfs]
+pytestmark = [pytest.mark.hdfs, pytest.mark.slow]
 
 
 def topic_count(url: str, topic: str) -> int:
@@ -75,7 +75,6 @@ def check_exactly_once(
         assert message.key == orjson.loads(message.value or b"")["id"].encode()  # key_field
 
 
-@pytest.mark.slow
 def test_kill_9_at_random_points_writes_every_line_exactly_once(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:
@@ -103,7 +102,6 @@ def test_kill_9_at_random_points_writes_every_line_exactly_once(
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
 
 
-@pytest.mark.slow
 def test_two_runners_of_one_source_one_works_the_other_takes_over_when_it_dies(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:
@@ -129,7 +127,6 @@ def test_two_runners_of_one_source_one_works_the_other_takes_over_when_it_dies(
     check_exactly_once(read_topic(talos_url, name), files.lines, name)
 
 
-@pytest.mark.slow
 def test_a_smaller_tasks_retires_the_removed_tasks_checkpoints_and_loses_nothing(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:
@@ -155,7 +152,6 @@ def test_a_smaller_tasks_retires_the_removed_tasks_checkpoints_and_loses_nothing
     assert len(checkpoints.load(name)["0"]["state"]["files"]) == 6  # it holds every file's position now
 
 
-@pytest.mark.slow
 def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:
@@ -184,7 +180,6 @@ def test_complete_lines_only_and_a_new_runner_resumes_from_the_checkpoint(
     assert f"{name} (hdfs-source): checkpoints of 1 task(s)\n  task 0: 1 file(s), {size} bytes read" in status.stdout
 
 
-@pytest.mark.slow
 def test_a_rotated_file_keeps_its_position_and_a_replaced_one_is_read_from_its_start(
     talos_url: str, hdfs: HdfsCluster, connect_runner: Any, name: str
 ) -> None:

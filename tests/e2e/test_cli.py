@@ -13,6 +13,8 @@ import pytest
 
 from tests.e2e.conftest import StandaloneServer
 
+pytestmark = pytest.mark.slow
+
 
 def talos(server: StandaloneServer, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -26,7 +28,6 @@ def talos(server: StandaloneServer, *args: str, stdin: str | None = None) -> sub
     )
 
 
-@pytest.mark.slow
 def test_topics_commands(server: StandaloneServer, topic_name: str) -> None:
     result = talos(server, "topics", "create", topic_name, "--partitions", "3")
     assert result.returncode == 0, result.stderr
@@ -43,7 +44,6 @@ def test_topics_commands(server: StandaloneServer, topic_name: str) -> None:
     assert "UNKNOWN_TOPIC" in missing.stderr
 
 
-@pytest.mark.slow
 def test_produce_from_stdin_and_file_then_consume(server: StandaloneServer, topic_name: str, tmp_path: Path) -> None:
     talos(server, "topics", "create", topic_name, "--partitions", "2")
     result = talos(server, "produce", topic_name, "--key-sep", ":", stdin="a:one\nb:two\nc:three\n")
@@ -68,7 +68,6 @@ def test_produce_from_stdin_and_file_then_consume(server: StandaloneServer, topi
     assert "--offset needs --partition" in usage.stderr
 
 
-@pytest.mark.slow
 def test_bench_prints_rates(server: StandaloneServer, topic_name: str) -> None:
     result = talos(
         server, "bench", "produce", "--topic", topic_name, "--messages", "2000", "--size", "100",
@@ -86,7 +85,6 @@ def test_bench_prints_rates(server: StandaloneServer, topic_name: str) -> None:
     assert "produce: 2000 messages" in result.stdout  # send_many calls of 300, the last of 200
 
 
-@pytest.mark.slow
 def test_help_explains(server: StandaloneServer) -> None:
     for command in ([], ["standalone"], ["produce"], ["consume"], ["topics", "create"], ["bench", "produce"]):
         result = talos(server, *command, "--help")

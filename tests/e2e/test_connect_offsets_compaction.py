@@ -18,6 +18,8 @@ from server.connect_offsets import CONNECT_OFFSETS_TOPIC, RETENTION_MS, partitio
 from talos import Admin
 from talos.devservices import StandaloneServer, wait_until
 
+pytestmark = pytest.mark.slow
+
 # Maintenance every half second, and every connector with tasks is due for a snapshot in each pass.
 ENV = {"TALOS_MAINTENANCE_INTERVAL_S": "0.5", "TALOS_CONNECT_OFFSETS_SNAPSHOT_INTERVAL_S": "0"}
 
@@ -58,7 +60,6 @@ def _snapshots(url: str, connector: str) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.slow
 def test_a_load_after_many_saves_reads_next_to_nothing(server: StandaloneServer) -> None:
     with Admin(server.url) as admin:
         admin.save_connector_offsets("busy", "0", {"position": 0})
@@ -76,7 +77,6 @@ def test_a_load_after_many_saves_reads_next_to_nothing(server: StandaloneServer)
     assert read < history / 20, f"the load read {read:.0f} bytes of __connect_offsets after {history:.0f} written"
 
 
-@pytest.mark.slow
 def test_snapshots_keep_a_removed_task_removed(server: StandaloneServer) -> None:
     with Admin(server.url) as admin:
         for task in ("0", "1", "2"):
@@ -95,7 +95,6 @@ def test_snapshots_keep_a_removed_task_removed(server: StandaloneServer) -> None
         assert admin.connector_offsets("tomb") == {"0": {"position": 0}}
 
 
-@pytest.mark.slow
 def test_a_restart_rebuilds_the_latest_state_and_the_topic_has_a_retention(tmp_path: Path) -> None:
     instance = StandaloneServer(tmp_path / "data", env=ENV)
     try:

@@ -23,6 +23,8 @@ import pytest
 from talos.devservices import free_port
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def demo_dir(tmp_path: Path) -> Path:
@@ -63,7 +65,6 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.mark.slow
 def test_a_successful_demo_exits_0_and_stops_its_server(demo_dir: Path) -> None:
     port = free_port()
     done = run_demo(demo_dir, port)
@@ -86,7 +87,6 @@ def test_a_successful_demo_exits_0_and_stops_its_server(demo_dir: Path) -> None:
     assert not listening(port)
 
 
-@pytest.mark.slow
 def test_a_demo_whose_server_cannot_start_exits_non_zero(demo_dir: Path) -> None:
     (demo_dir / "talos-data").write_text("a file where the data directory should be\n")
     done = run_demo(demo_dir, free_port())
@@ -94,7 +94,6 @@ def test_a_demo_whose_server_cannot_start_exits_non_zero(demo_dir: Path) -> None
     assert "the server did not start; see talos-standalone.log" in done.stderr
 
 
-@pytest.mark.slow
 def test_a_demo_on_a_taken_port_exits_non_zero(demo_dir: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

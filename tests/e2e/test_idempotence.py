@@ -11,6 +11,8 @@ from talos import Admin, Consumer, Producer, RecordData, Urllib3Transport, encod
 from talos._transport import check
 from talos.devservices import StandaloneServer
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[StandaloneServer]:
@@ -44,7 +46,6 @@ def values(url: str, topic: str, partition: int = 0) -> list[bytes | None]:
             out += [m.value for m in got]
 
 
-@pytest.mark.slow
 def test_rest_resend_is_answered_with_the_original_offsets_even_after_a_restart(standalone: StandaloneServer) -> None:
     url = standalone.url
     Admin(url).create_topic("idem", partitions=1)
@@ -81,7 +82,6 @@ def test_rest_resend_is_answered_with_the_original_offsets_even_after_a_restart(
     assert values(url, "idem") == [b"a", b"b", b"c", b"d"]
 
 
-@pytest.mark.slow
 def test_binary_resend_from_the_sdk_codec_is_stored_once(standalone: StandaloneServer) -> None:
     url = standalone.url
     Admin(url).create_topic("raw", partitions=1)
@@ -104,7 +104,6 @@ def test_binary_resend_from_the_sdk_codec_is_stored_once(standalone: StandaloneS
     assert values(url, "raw") == [b"x", b"y"]
 
 
-@pytest.mark.slow
 def test_idempotent_sdk_producer_stores_in_order(standalone: StandaloneServer) -> None:
     url = standalone.url
     Admin(url).create_topic("sdk", partitions=2)
@@ -115,7 +114,6 @@ def test_idempotent_sdk_producer_stores_in_order(standalone: StandaloneServer) -
     assert values(url, "sdk", 0) == [f"{i}".encode() for i in range(0, 100, 2)]
 
 
-@pytest.mark.slow
 def test_cli_produces_idempotently_and_can_continue_as_a_producer_id(standalone: StandaloneServer) -> None:
     import subprocess
     import sys
@@ -147,7 +145,6 @@ def test_cli_produces_idempotently_and_can_continue_as_a_producer_id(standalone:
     assert unknown.returncode != 0 and "999999" in unknown.stderr
 
 
-@pytest.mark.slow
 def test_a_write_naming_an_old_load_session_is_refused_with_where_that_session_ended(
     standalone: StandaloneServer,
 ) -> None:

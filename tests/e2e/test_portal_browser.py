@@ -28,7 +28,7 @@ from talos.devservices import StandaloneServer
 from tests.conftest import ARTIFACTS
 from tests.helpers import running_standalone
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 HOUR_MS = 3600_000
@@ -136,7 +136,6 @@ def ask(driver: WebDriver, url: str, *, topic: str, resource: str, value: str, u
     return driver.find_element(By.ID, "request-status").text, driver.find_element(By.ID, "request-reason").text
 
 
-@pytest.mark.slow
 def test_a_tenant_signs_in_and_sees_usage_charts_and_quotas(
     portal: tuple[StandaloneServer, str], browser: WebDriver
 ) -> None:
@@ -158,7 +157,6 @@ def test_a_tenant_signs_in_and_sees_usage_charts_and_quotas(
     assert token not in browser.page_source
 
 
-@pytest.mark.slow
 def test_requests_are_approved_rejected_or_left_to_the_admin_who_approves(
     portal: tuple[StandaloneServer, str], browser: WebDriver
 ) -> None:
@@ -220,7 +218,6 @@ def test_requests_are_approved_rejected_or_left_to_the_admin_who_approves(
         assert tenant.quotas("acme")["topics"]["clicks"]["produce_bytes_per_s"] == 8 * 1024 * KIB
 
 
-@pytest.mark.slow
 def test_a_tenant_cannot_open_the_admin_view_or_post_without_the_form_nonce(
     portal: tuple[StandaloneServer, str], browser: WebDriver
 ) -> None:

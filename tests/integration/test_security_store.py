@@ -17,8 +17,9 @@ from server.security.tokens import new_token
 from server.topics import TopicConfig
 from tests.conftest import Storage
 
+pytestmark = pytest.mark.slow
 
-@pytest.mark.slow
+
 def test_racing_changes_from_many_servers_all_land(storage: Storage) -> None:
     stores = [SecurityStore(storage.fs, storage.path("root")) for _ in range(4)]  # one per "server"
     errors: list[BaseException] = []
@@ -43,7 +44,6 @@ def test_racing_changes_from_many_servers_all_land(storage: Storage) -> None:
     assert len(versions) <= 10  # old versions are pruned
 
 
-@pytest.mark.slow
 def test_a_writer_that_stalled_past_the_pruning_applies_its_change_again(storage: Storage) -> None:
     root = storage.path("stalled")
     slow, others = SecurityStore(storage.fs, root), SecurityStore(storage.fs, root)
@@ -71,7 +71,6 @@ class _NoTopics:
         return False
 
 
-@pytest.mark.slow
 def test_a_token_made_on_one_server_works_on_another_at_once(storage: Storage) -> None:
     """The other server re-read the document a moment before the token was made: it must not refuse the
     token until its next periodic re-read (the CI failure this guards against)."""

@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
         # X-Forwarded-For only matters for the client address in the access log; off, it costs nothing
         proxy_headers=config.access_log,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        # Push subscriptions' frames are small JSON: compressing each one cost more of the event loop than the
+        # socket write it saves (docs/subscriptions.md).
+        ws_per_message_deflate=False,
     )
 
 

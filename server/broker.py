@@ -33,6 +33,7 @@ from server.partition.tailcache import TailCache
 from server.security.guard import Security
 from server.security.store import SecurityStore
 from server.topics import TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
+from server.trace.recorder import TraceRecorder
 from server.usage.history import UsageHistory
 from server.usage.meter import UsageMeter
 from talos._names import INTERNAL_NAME, TOPIC_NAME
@@ -81,6 +82,8 @@ class Broker:
         self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0, admin_token=config.admin_token)
         self.usage = UsageMeter()
         self.history = UsageHistory()
+        # Message trace: events of traced topics, buffered here, written by server.trace.writer.
+        self.trace = TraceRecorder(self.trace_sample, max_buffered=config.trace_max_buffered)
         self.security: Security
         # Called after the ring moved partitions away or the session was lost: whatever else this server
         # serves by the ring (group coordination) lets go of what it no longer owns.
@@ -233,6 +236,11 @@ class Broker:
             raise unknown_topic(name)
         self._topics.setdefault(name, config)
         return config
+
+    def trace_sample(self, topic: str) -> int:
+        """The topic's message trace setting (0 off, 1 all, N one in N); 0 for a topic unknown here."""
+        config = self._topics.get(topic)
+        return config.trace_sample if config is not None else 0
 
     def list_topics(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.name)

@@ -49,6 +49,12 @@ class ServerConfig:
     # Ring weights from the metering store: a DuckDB file, or druid:http://host:port ("" = unweighted ring).
     metering_store: str = ""
     reweigh_every_s: float = 3600.0  # how often the ring keeper looks at the last day's traffic
+    # Message trace (docs/trace.md): events to __talos_trace every interval; its index in a local directory
+    # ("" = <storage>/_trace_index/<server id> on local storage, else the system's temporary directory).
+    trace_flush_interval_s: float = 1.0
+    trace_partitions: int = 4  # partitions of __talos_trace (fixed once created)
+    trace_max_buffered: int = 100_000  # events waiting to be written; more are dropped (and counted)
+    trace_index_dir: str = ""
     # Tenants and tokens: "auto" = on in cluster mode, off standalone; "on"; "off" (anyone is the admin).
     auth: str = "auto"
     admin_token: str = ""  # the bearer token of the admin (required when auth is on); better set by environment

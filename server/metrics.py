@@ -28,6 +28,9 @@ __all__ = [
     "group_committed",
     "group_rebalanced",
     "groups_coordinated",
+    "subscription_dead_lettered",
+    "subscription_settled",
+    "subscriptions_coordinated",
     "misdirected",
     "produced",
     "throttled",
@@ -100,6 +103,18 @@ _group_rebalances = Counter(
     "talos_group_rebalances", "Group generations started here (joins, leaves, expiries)", registry=REGISTRY
 )
 _groups = Gauge("talos_groups_coordinated", "Consumer groups this server coordinates", registry=REGISTRY)
+_subscriptions = Gauge(
+    "talos_subscriptions_coordinated", "Push subscriptions this server coordinates", registry=REGISTRY
+)
+_subscription_settled = Counter(
+    "talos_subscription_settled", "Pushed messages settled, by how (ack, nack, extend)", ["op"], registry=REGISTRY
+)
+_subscription_dead = Counter(
+    "talos_subscription_dead_lettered", "Pushed messages sent to a dead-letter topic", registry=REGISTRY
+)
+_trace_events = Counter(
+    "talos_trace_events", "Message trace events, by outcome (written, dropped)", ["outcome"], registry=REGISTRY
+)
 
 _pool_tasks = Gauge("talos_io_tasks", "Storage tasks run, by pool (write, read)", ["pool"], registry=REGISTRY)
 _pool_queued_s = Gauge(
@@ -173,6 +188,25 @@ def group_rebalanced() -> None:
 
 def groups_coordinated(count: int) -> None:
     _groups.set(count)
+
+
+def subscriptions_coordinated(count: int) -> None:
+    _subscriptions.set(count)
+
+
+def subscription_settled(op: str, count: int) -> None:
+    if count:
+        _subscription_settled.labels(op).inc(count)
+
+
+def subscription_dead_lettered(count: int) -> None:
+    _subscription_dead.inc(count)
+
+
+def trace_events(outcome: str, count: int) -> None:
+    """Trace events ``written`` to ``__talos_trace`` or ``dropped`` (the buffer was full)."""
+    if count:
+        _trace_events.labels(outcome).inc(count)
 
 
 def produced(topic: str, messages: int, size: int) -> None:

@@ -58,6 +58,7 @@ from talos._errors import (
 from talos._futures import RecordFuture, RecordsFuture
 from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
 from talos._producer import AsyncProducer, Producer, ProducerClosedError
+from talos._subscriber import AsyncSubscriber, SubscribedMessage, Subscriber, SubscriberOptions
 from talos._transport import AiohttpTransport, AsyncFunctionTransport, FunctionTransport, Response, Urllib3Transport
 
 __version__ = "0.1.0"
@@ -74,6 +75,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncFunctionTransport",
     "AsyncProducer",
+    "AsyncSubscriber",
     "BatchError",
     "BatchHeader",
     "DecodedBatch",
@@ -98,6 +100,9 @@ __all__ = [
     "RecordFuture",
     "RecordsFuture",
     "RecordMetadata",
+    "SubscribedMessage",
+    "Subscriber",
+    "SubscriberOptions",
     "Response",
     "TalosError",
     "TopicInfo",

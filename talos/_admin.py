@@ -7,6 +7,7 @@ method once, as steps, on :class:`_Admin`; the two classes only differ in how th
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -73,6 +74,7 @@ class TopicSettings:
     retention_bytes: int | None = None
     version: int = 1
     created_ms: int = 0
+    trace_sample: int = 0  # message trace: 0 off, 1 every message, N one message in N (docs/trace.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ class TopicInfo(TopicSettings):
             data.get("retention_bytes"),
             data.get("version", 1),
             data.get("created_ms", 0),
+            data.get("trace_sample", 0),
             detail,
         )
 
@@ -129,6 +132,34 @@ def _delete(name: str) -> _Call[None]:
 def offsets_call(topic: str, partition: int, timestamp: int | None = None) -> _Call[dict[str, int]]:
     params: dict[str, str | int] | None = {"timestamp": timestamp} if timestamp is not None else None
     return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", _json, params=params)
+
+
+def _trace(topic: str, partition: int, offset: int) -> _Call[dict[str, Any]]:
+    return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/messages/{offset}/trace", _json)
+
+
+def _trace_key(
+    topic: str, key: str | bytes, since_ms: int | None, until_ms: int | None, limit: int
+) -> _Call[list[dict[str, Any]]]:
+    params: dict[str, str | int] = {"limit": limit}
+    if isinstance(key, bytes):
+        params["key_b64"] = base64.b64encode(key).decode()
+    else:
+        params["key"] = key
+    if since_ms is not None:
+        params["since"] = since_ms
+    if until_ms is not None:
+        params["until"] = until_ms
+    return _Call("GET", f"{_topic_path(topic)}/trace", lambda r: r.json()["messages"], params=params)  # type: ignore[index]
+
+
+def _subscription_path(name: str) -> str:
+    return f"/v1/subscriptions/{quote(name, safe='')}"
+
+
+def _create_subscription(name: str, topic: str, settings: dict[str, object]) -> _Call[dict[str, Any]]:
+    body = {"name": name, "topic": topic, **{k: v for k, v in settings.items() if v is not None}}
+    return _Call("POST", "/v1/subscriptions", _json, orjson.dumps(body))
 
 
 def _group_path(name: str) -> str:
@@ -184,8 +215,15 @@ def _fence(path: str, holder: ProducerIdentity) -> _Call[None]:
     return _Call("POST", path, lambda r: None, orjson.dumps(_identity(holder)))
 
 
-def _changes(partitions: int | None, retention_ms: int | None, retention_bytes: int | None) -> dict[str, int | None]:
-    changes = {"partitions": partitions, "retention_ms": retention_ms, "retention_bytes": retention_bytes}
+def _changes(
+    partitions: int | None, retention_ms: int | None, retention_bytes: int | None, trace_sample: int | None = None
+) -> dict[str, int | None]:
+    changes = {
+        "partitions": partitions,
+        "retention_ms": retention_ms,
+        "retention_bytes": retention_bytes,
+        "trace_sample": trace_sample,
+    }
     return {k: v for k, v in changes.items() if v is not None}
 
 
@@ -245,9 +283,11 @@ class _Admin(ClientBase[AnyTransport]):
         partitions: int | None = None,
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
+        trace_sample: int | None = None,
     ) -> Steps[TopicInfo]:
-        """Add partitions (never fewer) or change retention."""
-        return self._send(_alter(name, _changes(partitions, retention_ms, retention_bytes)))
+        """Add partitions (never fewer), change retention, or the message trace: ``trace_sample`` 0 off,
+        1 every message, N one message in N."""
+        return self._send(_alter(name, _changes(partitions, retention_ms, retention_bytes, trace_sample)))
 
     @operation
     def delete_topic(self, name: str) -> Steps[None]:
@@ -258,6 +298,67 @@ class _Admin(ClientBase[AnyTransport]):
         """``{"earliest", "latest", "session"}``, and ``"offset"``: the first at or after ``timestamp`` (ms)
         if given. ``session`` is the partition's load session (it changes when the partition moves)."""
         return self._send(offsets_call(topic, partition, timestamp))
+
+    @operation
+    def trace(self, topic: str, partition: int, offset: int) -> Steps[dict[str, Any]]:
+        """What happened to one message of a traced topic (``alter_topic(trace_sample=)``): ``{"events":
+        [{"event": "produced" | "delivered" | "committed" | "retried" | "dead_lettered", "ts", ...}], "key"?,
+        "traceparent"?, "sampled"}``, oldest first."""
+        return self._send(_trace(topic, partition, offset))
+
+    @operation
+    def trace_key(
+        self,
+        topic: str,
+        key: str | bytes,
+        *,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 100,
+    ) -> Steps[list[dict[str, Any]]]:
+        """The traced messages of ``topic`` with ``key`` produced between ``since_ms`` (default: a day ago) and
+        ``until_ms`` (default: now), each with its timeline as :meth:`trace` gives it."""
+        return self._send(_trace_key(topic, key, since_ms, until_ms, limit))
+
+    @operation
+    def create_subscription(
+        self,
+        name: str,
+        topic: str,
+        *,
+        ack_timeout_ms: int | None = None,
+        max_deliveries: int | None = None,
+        key_ordered: bool | None = None,
+        max_in_flight: int | None = None,
+        start: str | None = None,
+    ) -> Steps[dict[str, Any]]:
+        """Make a push subscription of ``topic`` (see :class:`talos.Subscriber`): messages not acknowledged within
+        ``ack_timeout_ms`` (30 s) go to another subscriber; after ``max_deliveries`` (5; 0: never) to the
+        dead-letter topic ``__sub-dlq.<name>``; ``key_ordered`` holds a key's next message until the earlier one
+        is settled; ``start`` is ``"latest"`` (default) or ``"earliest"``. Its description."""
+        settings: dict[str, object] = {
+            "ack_timeout_ms": ack_timeout_ms,
+            "max_deliveries": max_deliveries,
+            "key_ordered": key_ordered,
+            "max_in_flight": max_in_flight,
+            "start": start,
+        }
+        return self._send(_create_subscription(name, topic, settings))
+
+    @operation
+    def list_subscriptions(self) -> Steps[list[str]]:
+        """Names of the push subscriptions the caller may use."""
+        return self._send(_Call("GET", "/v1/subscriptions", lambda r: r.json()["subscriptions"]))  # type: ignore[index]
+
+    @operation
+    def describe_subscription(self, name: str) -> Steps[dict[str, Any]]:
+        """Settings, subscribers, and per partition what is settled, unsettled and leased."""
+        return self._send(_Call("GET", _subscription_path(name), _json))
+
+    @operation
+    def delete_subscription(self, name: str) -> Steps[None]:
+        """Delete the subscription with its state and dead-letter topics."""
+        return self._send(_Call("DELETE", _subscription_path(name), lambda r: None))
 
     @operation
     def list_groups(self) -> Steps[list[str]]:

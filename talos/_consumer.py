@@ -543,6 +543,9 @@ def _fetch(client: _Consumer[Any], topic: str, partition: int, wait_ms: int) -> 
         offset = yield from _position(client, topic, partition)
         yield from refresh_steps(client._routes, topic)
         request = _fetch_request(client._routes, topic, partition, offset, client._max_bytes, wait_ms, client._timeout)
+        membership = client._state.membership
+        if membership is not None and membership.member_id is not None:  # the message trace's "delivered to"
+            request["params"] = {**request["params"], "group": membership.group, "member": membership.member_id}
         answer = yield from http(Request("GET", **request))
         return client._state.positions.take(topic, partition, offset, answer)
     except (UnavailableError, QuotaExceededError, TransportError) as error:

@@ -38,6 +38,7 @@ from talos._futures import BatchOutcome, ManyOutcome, RecordFuture, RecordsFutur
 from talos._partitioning import partition_for_key
 from talos._routing import RouteTable, refresh_steps
 from talos._steps import Request, Steps, http, pause
+from talos._tracecontext import TRACEPARENT_HEADER, current_traceparent
 from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
 from talos._window import Accepted, PartitionWindow
 
@@ -65,6 +66,17 @@ def _record(value: bytes | str | None, key: bytes | str | None, headers: Headers
     else:
         pairs = [(k, as_bytes(v)) for k, v in headers]
     return RecordData(as_bytes(value), as_bytes(key), pairs, timestamp)
+
+
+def _with_header(headers: Headers, name: str, value: str) -> Headers:
+    """``headers`` plus ``name: value``, unless the caller set ``name`` itself."""
+    if headers is None:
+        return [(name, value.encode())]
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    pairs = [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
+    if any(k == name for k, _ in pairs):
+        return pairs
+    return [*pairs, (name, value.encode())]
 
 
 ManyRecords = Iterable[bytes | str | tuple[bytes | str | None, bytes | str | None] | RecordData | None]
@@ -437,6 +449,7 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         transport: AnyTransport | None = None,
         token: str | None = None,
         compression: str = "none",
+        trace_context: bool = False,
     ) -> None:
         if acks not in ("durable", "accepted"):
             raise ValueError("acks must be 'durable' or 'accepted'")
@@ -467,6 +480,8 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         self._sticky: dict[str, int] = {}
         self._flushing = 0
         self._closed = False
+        # The caller's OpenTelemetry span as each record's traceparent header (the message trace keeps it).
+        self._trace_context = trace_context
         self._begin()
 
     @abstractmethod
@@ -496,6 +511,8 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
             value = value.encode()
         if isinstance(key, str):
             key = key.encode()
+        if self._trace_context and (traceparent := current_traceparent()) is not None:
+            headers = _with_header(headers, TRACEPARENT_HEADER, traceparent)
         if (
             headers
             or timestamp is not None

@@ -10,24 +10,24 @@ name at once: the loser gets the 404."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from server.broker import Broker
 from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator, validate_group_name
+from server.http.bodies import body_schema, parse_body
 from server.http.fastpath import read_body
 from server.http.messages import INT64_MAX
-from server.http.reply import as_response, json_response
+from server.http.reply import json_response
 from server.security.state import unknown_group
 from server.topics import MAX_PARTITIONS
 
 __all__ = ["router"]
 
-M = TypeVar("M", bound=BaseModel)
 _MAX_BODY = 1024 * 1024
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
@@ -114,19 +114,6 @@ async def _may_use(request: Request, group: str, claim: Claim) -> str | None:
     return owner if owner is not None and owner in state.tenants else None
 
 
-def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
-
-
-def _parse(model: type[M], raw: bytes) -> M:
-    try:
-        return model.model_validate_json(raw or b"{}")
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
-        raise ApiError(400, "INVALID_REQUEST", f"{where}: {first.get('msg', 'invalid')}") from None
-
-
 async def _at_coordinator(
     request: Request,
     group: str,
@@ -144,10 +131,7 @@ async def _at_coordinator(
         tenant = await _may_use(request, group, claim)
         return await handle(coordinator, raw, tenant)
     broker: Broker = request.app.state.broker
-    reply = await broker.forwarder.send(
-        owner, request.method, request.url.path, query=request.query_params, headers=request.headers, body=raw or None
-    )
-    return as_response(reply)
+    return await broker.forwarder.relay(owner, request, raw)
 
 
 @router.get("", summary="List groups")
@@ -172,11 +156,13 @@ async def describe_group(group: str, request: Request) -> Response:
 
 
 @router.post(
-    "/{group}/members", summary="Join: get a member id and the partitions granted", openapi_extra=_schema(JoinRequest)
+    "/{group}/members",
+    summary="Join: get a member id and the partitions granted",
+    openapi_extra=body_schema(JoinRequest),
 )
 async def join_group(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes, tenant: str | None) -> Response:
-        body = _parse(JoinRequest, raw)
+        body = parse_body(JoinRequest, raw)
         _may_consume(request, body.topics)
         answer = await coordinator.join(
             group,
@@ -195,11 +181,11 @@ async def join_group(group: str, request: Request) -> Response:
 @router.post(
     "/{group}/members/{member_id}/heartbeat",
     summary="Renew the member's locks; learn grants and revocations",
-    openapi_extra=_schema(HeartbeatRequest),
+    openapi_extra=body_schema(HeartbeatRequest),
 )
 async def heartbeat(group: str, member_id: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes, _tenant: str | None) -> Response:
-        body = _parse(HeartbeatRequest, raw)
+        body = parse_body(HeartbeatRequest, raw)
         return json_response(
             await coordinator.heartbeat(group, member_id, [(p.topic, p.partition) for p in body.owned])
         )
@@ -217,11 +203,13 @@ async def leave_group(group: str, member_id: str, request: Request) -> Response:
 
 
 @router.post(
-    "/{group}/offsets", summary="Commit offsets (the holder of each partition)", openapi_extra=_schema(CommitRequest)
+    "/{group}/offsets",
+    summary="Commit offsets (the holder of each partition)",
+    openapi_extra=body_schema(CommitRequest),
 )
 async def commit(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes, _tenant: str | None) -> Response:
-        body = _parse(CommitRequest, raw)
+        body = parse_body(CommitRequest, raw)
         _may_consume(request, [o.topic for o in body.offsets])
         items = [((o.topic, o.partition), o.offset, o.generation) for o in body.offsets]
         return json_response(await coordinator.commit(group, body.member_id, items))
@@ -240,11 +228,11 @@ async def committed(group: str, request: Request, instance: str | None = None) -
 @router.post(
     "/{group}/offsets/reset",
     summary="Move committed offsets to earliest, latest, an offset or a time (no active members)",
-    openapi_extra=_schema(ResetRequest),
+    openapi_extra=body_schema(ResetRequest),
 )
 async def reset_offsets(group: str, request: Request) -> Response:
     async def handle(coordinator: GroupCoordinator, raw: bytes, _tenant: str | None) -> Response:
-        body = _parse(ResetRequest, raw)
+        body = parse_body(ResetRequest, raw)
         _may_consume(request, [body.topic])
         if body.to == "offset" and body.offset is None:
             raise ApiError(400, "INVALID_REQUEST", "to=offset needs offset")

@@ -263,6 +263,12 @@ class GroupCoordinator:
             instance = state.check_commit(time.monotonic(), member_id, [(tp, gen) for tp, _, gen in items])
             offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}
             await self._append(name, commit_record(name, offsets))
+            for key, offset in offsets.items():  # the message trace: what this commit moved past
+                before = state.offsets.get(key, 0)
+                if offset > before:
+                    self._broker.trace.record(
+                        key[1], key[2], before, "committed", last=offset - 1, group=name, member=member_id
+                    )
             state.offsets.update(offsets)
             metrics.group_committed()
             return {"committed": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in offsets.items()]}

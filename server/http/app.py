@@ -42,7 +42,11 @@ from server.security import audit
 from server.security.access import Principal, actions_on, hidden
 from server.security.api import principal
 from server.security.state import QUOTA_FIELDS
+from server.subscriptions import SubscriptionCoordinator
+from server.subscriptions import api as subscriptions_api
 from server.topics import MAX_PARTITIONS, TopicConfig, unknown_topic, validate_topic_name
+from server.trace import api as trace_api
+from server.trace.service import TraceService
 from server.usage.emitter import UsageEmitter
 
 __all__ = ["create_app", "create_asgi"]
@@ -98,6 +102,9 @@ class TopicPatch(BaseModel):
     partitions: int | None = Field(None, ge=1, le=MAX_PARTITIONS, description="only more partitions")
     retention_ms: int | None = Field(None, ge=0, le=INT64_MAX)
     retention_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
+    trace_sample: int | None = Field(
+        None, ge=0, le=1_000_000, description="message trace: 0 off, 1 every message, N one message in N"
+    )
 
 
 _PRODUCE_SCHEMA: dict[str, Any] = {
@@ -186,10 +193,13 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.broker = broker
         app.state.storage_check = StorageCheck(lambda: broker.fs.exists(broker.root))
         app.state.coordinator = coordinator = GroupCoordinator(broker)
-        maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator))
+        app.state.subscriptions = subscriptions = SubscriptionCoordinator(broker)
+        maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator, subscriptions))
         refreshing = asyncio.get_running_loop().create_task(broker.security.run())
         emitter = UsageEmitter(broker, broker.usage)
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
+        app.state.trace = tracing = TraceService(broker)
+        tracing.start()
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
         if config.gc_threshold > 0:
@@ -206,6 +216,8 @@ def create_app(config: ServerConfig) -> FastAPI:
             if emitting is not None:
                 emitting.cancel()
                 await emitter.close()
+            await subscriptions.close()
+            await tracing.close()
             await broker.close()
 
     app = FastAPI(
@@ -385,6 +397,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         changes = body.model_dump(exclude_unset=True)
         if "partitions" in changes and changes["partitions"] is None:  # null: unchanged (it stored None)
             del changes["partitions"]
+        if "trace_sample" in changes and changes["trace_sample"] is None:  # null: unchanged
+            del changes["trace_sample"]
         updated = await broker().update_topic(topic, **changes)
         detail = ", ".join(f"{k}={v}" for k, v in changes.items())
         await audit.record(broker(), who, "topic.update", topic, tenant=current.tenant, detail=detail)
@@ -522,14 +536,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         return as_response(await messages.offsets(broker(), topic, partition, request.headers, request.query_params))
 
     app.include_router(groups_api.router)
+    app.include_router(subscriptions_api.router)
     app.include_router(security_api.router)
     app.include_router(connector_offsets.router)
+    app.include_router(trace_api.router)
     openapi.install(app)
     app.include_router(portal.router)
     return app
 
 
-async def _maintain(broker: Broker, coordinator: GroupCoordinator) -> None:
+async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions: SubscriptionCoordinator) -> None:
     while True:
         await asyncio.sleep(broker.config.maintenance_interval_s)
         started = time.monotonic()
@@ -537,6 +553,7 @@ async def _maintain(broker: Broker, coordinator: GroupCoordinator) -> None:
             await connect_offsets.index_of(broker).maintain()  # first: snapshots are due before retention runs
             await broker.maintain()
             await coordinator.maintain()
+            await subscriptions.maintain()
         except Exception:
             log.exception("maintenance failed")
         log.debug("maintenance took %.3fs", time.monotonic() - started)

@@ -10,16 +10,18 @@ anything this layer passes on (e.g. a partition that is not a number, so FastAPI
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from fencing import OffsetOutOfRangeError
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
+from server.http.forwarding import HOPS_HEADER
 from server.http.reply import Reply
 from server.security.access import Principal
+from server.trace.recorder import CLIENT_HEADER
 from server.usage.meter import TENANT_HEADER
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "Route",
     "authorize_message",
     "check_declared_length",
+    "client_address",
     "read_body",
     "route",
 ]
@@ -164,7 +167,8 @@ class FastPath:
             return await read_body(receive, limit, declared)
 
         try:
-            reply = await self.answer(hot, headers, scope["query_string"], body)
+            client = client_address(scope) if hot.kind == "produce" else None
+            reply = await self.answer(hot, headers, scope["query_string"], body, client=client)
         except ConnectionResetError:
             return
         await _send(send, reply)
@@ -173,10 +177,15 @@ class FastPath:
         """The most body bytes ``hot`` may send (every hot request but produce has none to send)."""
         return self._broker().config.max_request_bytes if hot.kind == "produce" else MAX_ADMIN_BODY
 
-    async def answer(self, hot: Route, headers: dict[str, str], raw_query: bytes, body: BodyReader) -> Reply:
+    async def answer(
+        self, hot: Route, headers: dict[str, str], raw_query: bytes, body: BodyReader, *, client: str | None = None
+    ) -> Reply:
         """Authenticate, authorize and answer a hot request (``headers``: lower-case names; changed in place).
-        Raises :class:`ConnectionResetError` if the client went away while its body was read."""
+        ``client``: the peer's ``host:port`` (the message trace records who produced). Raises
+        :class:`ConnectionResetError` if the client went away while its body was read."""
         query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
+        if client is not None and not (HOPS_HEADER in headers and self._from_a_server(client)):
+            headers[CLIENT_HEADER] = client  # only a forward from a server may say who produced
         topic, partition = hot.topic, hot.partition
         try:
             principal = await self._authenticate(headers)
@@ -221,6 +230,15 @@ class FastPath:
 
         await self.app(scope, replay, send)
 
+    def _from_a_server(self, client: str) -> bool:
+        """Whether ``client`` (``host:port``) is on the host of a live server of the cluster, whose forwards
+        carry the producer's address; anyone else saying so is not believed."""
+        cluster = self._broker().cluster
+        if cluster is None:
+            return False
+        host = client.rpartition(":")[0]
+        return any(urlsplit(server.url).hostname == host for server in cluster.servers.values())
+
     async def _authenticate(self, headers: dict[str, str]) -> Principal:
         """Who asks; the tenant header becomes the authenticated tenant's (only the admin may name one, as
         servers do when they write on a tenant's behalf)."""
@@ -228,6 +246,12 @@ class FastPath:
         if principal.tenant is not None:
             headers[TENANT_HEADER] = principal.tenant
         return principal
+
+
+def client_address(scope: Mapping[str, object]) -> str | None:
+    """``host:port`` of the request's peer, from an ASGI scope."""
+    peer = scope.get("client")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, (tuple, list)) and len(peer) == 2 else None
 
 
 def _for_routes(scope: Scope, principal: Principal) -> None:

@@ -12,17 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import aiohttp
+from starlette.requests import Request
+from starlette.responses import Response
 
 from server import metrics
 from server.cluster import Owner
 from server.errors import ApiError
-from server.http.reply import Reply
+from server.http.reply import Reply, as_response
 
 __all__ = ["HOPS_HEADER", "ROUTE_HEADER", "Forwarder"]
 
 HOPS_HEADER = "x-talos-hops"
 ROUTE_HEADER = "x-talos-route"
-_PASS_REQUEST = ("content-type", "accept", "authorization", "x-talos-tenant")
+# x-talos-client-address: the producer's address as the first server saw it, for the message trace.
+_PASS_REQUEST = ("content-type", "accept", "authorization", "x-talos-tenant", "x-talos-client-address")
 _PASS_RESPONSE = ("retry-after",)
 
 
@@ -102,6 +105,19 @@ class Forwarder:
             raise _unavailable(
                 "OWNER_UNREACHABLE", f"the owner {owner.server_id} at {owner.url} did not answer: {exc!r}"
             ) from None
+
+    async def relay(self, owner: Owner, request: Request, body: bytes) -> Response:
+        """A FastAPI route's request (its ``body`` already read) forwarded as it came, and the owner's answer
+        (the coordinators of groups and subscriptions are reached this way)."""
+        reply = await self.send(
+            owner,
+            request.method,
+            request.url.path,
+            query=request.query_params,
+            headers=request.headers,
+            body=body or None,
+        )
+        return as_response(reply)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -19,7 +19,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from server.errors import ApiError
-from server.http.fastpath import FastPath, Route, check_declared_length
+from server.http.fastpath import FastPath, Route, check_declared_length, client_address
 from server.http.reply import Reply
 
 __all__ = ["HotCycle"]
@@ -49,7 +49,8 @@ class HotCycle(RequestResponseCycle):
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
             try:
-                reply = await self._fast.answer(self._hot, headers, self._raw_query, self._read_body)
+                client = client_address(self.scope) if self._hot.kind == "produce" else None
+                reply = await self._fast.answer(self._hot, headers, self._raw_query, self._read_body, client=client)
             except ConnectionResetError:
                 return
             if not self.disconnected:

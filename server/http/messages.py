@@ -33,6 +33,7 @@ from server.security.buckets import TokenBucket
 from server.security.guard import allowance, pay
 from server.security.trim import trim_to_allowance
 from server.topics import TopicConfig
+from server.trace.recorder import CLIENT_HEADER, SIDE_PREFIXES
 from server.usage.meter import TENANT_HEADER, tenant_of
 from talos import (
     BatchError,
@@ -48,7 +49,18 @@ from talos import (
     validate_batch,
 )
 
-__all__ = ["BATCH_CONTENT_TYPE", "JSON", "Reply", "batch_spans", "fetch", "offsets", "partition_path", "produce"]
+__all__ = [
+    "BATCH_CONTENT_TYPE",
+    "JSON",
+    "Reply",
+    "batch_spans",
+    "decompression_limit",
+    "fetch",
+    "message_json",
+    "offsets",
+    "partition_path",
+    "produce",
+]
 
 BATCH_CONTENT_TYPE = "application/vnd.talos.batch"
 
@@ -204,7 +216,7 @@ async def _forward_batch(
     durable: bool,
     headers: Mapping[str, str],
 ) -> ProduceResult:
-    passed = {k: v for k, v in headers.items() if k in (HOPS_HEADER, TENANT_HEADER, "authorization")}
+    passed = {k: v for k, v in headers.items() if k in (HOPS_HEADER, TENANT_HEADER, CLIENT_HEADER, "authorization")}
     passed["content-type"] = BATCH_CONTENT_TYPE
     query = {"acks": "durable" if durable else "accepted"}
     reply = await _forward(broker, owner, "POST", topic, partition, "messages", passed, query, bytes(batch))
@@ -321,7 +333,9 @@ async def _produce_json(
             usage.update(bytes_in=len(batch), messages_in=len(items))
             if buckets:
                 await pay(buckets, len(batch))
-            return await loaded.produce(batch, durable=durable, verify=False)
+            answer = await loaded.produce(batch, durable=durable, verify=False)
+        _trace_produced(broker, topic, partition, [batch], [answer], headers, durable)
+        return answer
 
     if len(groups) == 1:  # the common case: no gather
         answers = [await commit(*next(iter(groups.items())))]
@@ -382,12 +396,12 @@ async def _produce_batches(
             await pay(buckets, len(body))
         # Validated above (batch_spans): the log need not check the CRC a second time.
         if len(spans) == 1:  # the whole body is the batch: a bytearray (the hot path's) is stored as it is
-            batch = body if isinstance(body, bytearray) else bytearray(body)
-            answers = [await loaded.produce(batch, durable=durable, verify=False)]
+            batches = [body if isinstance(body, bytearray) else bytearray(body)]
+            answers = [await loaded.produce(batches[0], durable=durable, verify=False)]
         else:
-            answers = await asyncio.gather(
-                *(loaded.produce(bytearray(view[p : p + n]), durable=durable, verify=False) for p, n, _ in spans)
-            )
+            batches = [bytearray(view[p : p + n]) for p, n, _ in spans]
+            answers = await asyncio.gather(*(loaded.produce(b, durable=durable, verify=False) for b in batches))
+    _trace_produced(broker, topic, partition, batches, answers, headers, durable)
     metrics.produced(topic, records, len(body))
     results = [
         {
@@ -399,6 +413,47 @@ async def _produce_batches(
         for a in answers
     ]
     return Reply(200, orjson.dumps({"results": results}))
+
+
+def _trace_produced(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    batches: list[bytearray],
+    answers: list[ProduceResult],
+    headers: Mapping[str, str],
+    durable: bool,
+) -> None:
+    """Hand stored batches to the message trace (``server.trace.recorder``): of a traced topic, or of a group's
+    retry and dead-letter topics (they retry messages of traced topics). Off, this is one dict lookup."""
+    sample = broker.trace_sample(topic)
+    if sample:
+        for batch, answer in zip(batches, answers, strict=True):
+            broker.trace.produced(
+                topic,
+                partition,
+                answer.base_offset,
+                answer.next_offset,
+                batch,
+                sample=sample,
+                tenant=tenant_of(headers),
+                client=headers.get(CLIENT_HEADER),
+                durable=durable,
+            )
+    elif topic.startswith(SIDE_PREFIXES):
+        for batch, answer in zip(batches, answers, strict=True):
+            broker.trace.side_record(topic, partition, answer.base_offset, batch, tenant=tenant_of(headers))
+
+
+def _trace_delivered(
+    broker: Broker, topic: str, partition: int, offset: int, next_offset: int, query: Mapping[str, str]
+) -> None:
+    """A consumer group's member got ``offset``..``next_offset - 1``: the SDK's consumer names its group and
+    member in the fetch's query (``group``, ``member``); other fetches are not deliveries to anyone."""
+    group = query.get("group")
+    if group is not None and next_offset > offset and broker.trace_sample(topic):
+        member = query.get("member")
+        broker.trace.record(topic, partition, offset, "delivered", last=next_offset - 1, group=group, member=member)
 
 
 async def produce(
@@ -468,7 +523,7 @@ def _messages_json(
         for record in decoded.records:
             if record.offset < offset:
                 continue
-            out.append(_message_json(record))
+            out.append(message_json(record))
             next_offset = record.offset + 1
             size += len(record.value or b"") + len(record.key or b"")
             if len(out) >= max_messages or size >= max_bytes:
@@ -514,7 +569,7 @@ def _page(messages: list[dict[str, object]], next_offset: int, skipped: list[dic
     return answer
 
 
-def _message_json(record: Record) -> dict[str, object]:
+def message_json(record: Record) -> dict[str, object]:
     item: dict[str, object] = {"offset": record.offset, "timestamp": record.timestamp}
     _text_or_b64("key", record.key, item)
     _text_or_b64("value", record.value, item)
@@ -555,6 +610,9 @@ async def fetch(
         usage.update(bytes_out=size, messages_out=messages_from(batches, offset))
     metrics.fetched(topic, size)
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
+        if "group" in query:
+            delivered_to = max((h.next_offset for h in _headers(batches)), default=0)
+            _trace_delivered(broker, topic, partition, offset, delivered_to, query)
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
         return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
     if _holds_compressed(batches):
@@ -564,6 +622,8 @@ async def fetch(
         body = _messages_json(batches, offset, max_messages, max_bytes, limit)
     if "skipped" in body:
         log.warning("%s/%d: stepped over corrupt stored batches: %s", topic, partition, body["skipped"])
+    if "group" in query:
+        _trace_delivered(broker, topic, partition, offset, int(body["next_offset"]), query)  # type: ignore[call-overload]
     body["high_watermark"] = result.high_watermark
     return Reply(200, orjson.dumps(body))
 

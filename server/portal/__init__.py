@@ -4,5 +4,6 @@ May import ``server.security``, ``server.broker``, the HTTP edge's fast path and
 """
 
 from server.portal.pages import router
+from server.portal.trace_page import trace_page  # registers /portal/trace on the router
 
-__all__ = ["router"]
+__all__ = ["router", "trace_page"]

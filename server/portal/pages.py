@@ -25,8 +25,9 @@ from metering.quota_model import RESOURCES, format_amount
 from server.broker import Broker
 from server.errors import ApiError
 from server.http.fastpath import read_body
-from server.portal.charts import line_chart
+from server.portal.charts import caption, line_chart
 from server.portal.headers import PAGE_POLICY
+from server.portal.labels import choice, label
 from server.portal.session import COOKIE, LIFETIME_MS, Session, SessionSigner
 from server.security import audit
 from server.security.access import Principal
@@ -42,6 +43,9 @@ _templates = jinja2.Environment(
 )
 _templates.filters["amount"] = lambda value, resource: "unlimited" if value is None else format_amount(resource, value)
 _templates.filters["clock"] = lambda ms: time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(ms) / 1000))
+# The pages name a quota field in words; the forms still post the field's name.
+_templates.filters["label"] = label
+_templates.filters["choice"] = choice
 _RANGES = {"1h": 3600_000, "6h": 6 * 3600_000, "24h": 24 * 3600_000, "14d": 14 * 24 * 3600_000}
 _MAX_FORM = 64 * 1024
 _LOGIN_COOKIE = "talos_portal_login"  # the sign-in form's nonce, until there is a session to hold one
@@ -70,11 +74,18 @@ def _render(name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
     return response
 
 
+def _sentence(text: str) -> str:
+    # The API's messages are clauses ("the admin view needs the admin token"); a page shows a sentence.
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?" else text + "."
+
+
 def error_page(error: ApiError) -> HTMLResponse:
     """An API error met on a portal page, as a page."""
-    return _render(
-        "error.html", error.status, session=None, status=error.status, code=error.code, message=error.message
-    )
+    message = _sentence(error.message)
+    return _render("error.html", error.status, session=None, status=error.status, code=error.code, message=message)
 
 
 def _check_origin(request: Request) -> None:
@@ -196,18 +207,19 @@ async def _charts(broker: Broker, tenant: str, range_name: str) -> list[dict[str
         lines["in"].append((at, int(str(row["bytes_in"])) / seconds))
         lines["out"].append((at, int(str(row["bytes_out"])) / seconds))
     owned = sorted({t.name for t in broker.list_topics() if t.tenant == tenant} | set(by_topic))
-    return [
-        {
-            "topic": topic,
-            "svg": line_chart(
-                by_topic.get(topic, {"in": [], "out": []}),
-                start_ms=window.start_ms,
-                end_ms=window.end_ms,
-                title=f"{topic}: bytes/s in and out",
-            ),
-        }
-        for topic in owned
-    ]
+    charts = []
+    for topic in owned:
+        lines = by_topic.get(topic, {"in": [], "out": []})
+        charts.append(
+            {
+                "topic": topic,
+                "svg": line_chart(
+                    lines, start_ms=window.start_ms, end_ms=window.end_ms, title=f"{topic}: bytes/s in and out"
+                ),
+                "caption": caption(lines, window.start_ms, window.end_ms),
+            }
+        )
+    return charts
 
 
 @router.get("", response_class=HTMLResponse)
@@ -237,7 +249,7 @@ async def dashboard(request: Request, period: str = "24h") -> Response:
         period=period if period in _RANGES else "24h",
         resources=RESOURCES,
         requests=[r for r in reversed(state.requests) if r.tenant == tenant][:50],
-        metering="metering store" if broker.config.metering_store else "this server's recent history",
+        usage_source="the metering store" if broker.config.metering_store else "this server's recent history",
     )
 
 

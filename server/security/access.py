@@ -4,8 +4,10 @@
 - A tenant may do everything to the topics it owns (created), and what grants give it to others' topics.
 - Internal topics (``__…``) are the servers' own: a tenant reaches ``__consumer_offsets``,
   ``__talos_metrics``, ``__talos_audit`` and ``__connect_offsets`` only through the API that owns them
-  (group commits, usage, audit, ``/v1/connectors/{name}/offsets``). The exception: a group's retry and
-  dead-letter topics, which the group's owner and the tenants it was granted to may use.
+  (group commits, usage, audit, ``/v1/connectors/{name}/offsets``). The exceptions: a group's retry and
+  dead-letter topics, which the group's owner and the tenants it was granted to may use, and a push
+  subscription's dead-letter topic (``__sub-dlq.<name>``), which its tenant may consume. A subscription's
+  state topic (``__sub.<name>``) is reached only through ``/v1/subscriptions``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from server.security.state import ACTIONS, SecurityState
 __all__ = ["ANONYMOUS", "Principal", "actions_on", "hidden", "require"]
 
 _GROUP_TOPIC_PREFIXES = ("__retry.", "__dlq.")  # + the group's name: only its owner and grantees use them
+_SUBSCRIPTION_DEAD_LETTERS = "__sub-dlq."  # + the subscription's name: its tenant consumes them
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ def actions_on(principal: Principal, state: SecurityState, topic: str, owner: st
         if topic.startswith(_GROUP_TOPIC_PREFIXES):
             group = topic.partition(".")[2]
             return frozenset(("produce", "consume")) if state.may_use_group(principal.tenant, group) else frozenset()
+        if topic.startswith(_SUBSCRIPTION_DEAD_LETTERS) and owner is not None and owner == principal.tenant:
+            return frozenset(("consume",))
         return frozenset()  # the rest (offsets, metrics, audit, checkpoints): only through the API that owns it
     if owner is not None and owner == principal.tenant:
         return frozenset(ACTIONS)
@@ -61,7 +66,7 @@ def hidden(topic: str, actions: frozenset[str]) -> bool:
     are known to all; for those it is 403."""
     if actions:
         return False
-    return not topic.startswith("__") or topic.startswith(_GROUP_TOPIC_PREFIXES)
+    return not topic.startswith("__") or topic.startswith((*_GROUP_TOPIC_PREFIXES, _SUBSCRIPTION_DEAD_LETTERS))
 
 
 def require(principal: Principal, state: SecurityState, topic: str, owner: str | None, action: str) -> None:

@@ -1,9 +1,10 @@
 """The ``talos`` command line: the root group ``main`` (the console script) and one module per command group.
 
 The rooms: ``_topics`` (talos topics), ``_messages`` (produce, consume), ``_groups`` (consumer groups),
+``_subscriptions`` (subscribe, push subscriptions),
 ``_servers`` (standalone, server, cluster up/down, dev services), ``_security`` (tenants, tokens, acl, quotas),
-``_connect``, ``_metering``, ``_verify`` and ``_bench``. ``_common`` (the shared options, one Admin call, SDK errors
-as CLI errors) and ``_output`` (tables and JSON) serve them all.
+``_connect``, ``_metering``, ``_verify``, ``_bench`` and ``_trace`` (message trace). ``_common`` (the shared
+options, one Admin call, SDK errors as CLI errors) and ``_output`` (tables and JSON) serve them all.
 
 May import: click, the public SDK and the SDK's own modules. ``server``, ``connectors`` and ``metering`` are
 imported only inside the command functions that need them, so ``import talos.cli`` loads none of them
@@ -24,7 +25,9 @@ from talos.cli._messages import consume, produce
 from talos.cli._metering import metering
 from talos.cli._security import acl, quotas, tenants, tokens
 from talos.cli._servers import cluster, dev, server, standalone
+from talos.cli._subscriptions import subscribe, subscriptions
 from talos.cli._topics import topics
+from talos.cli._trace import trace
 from talos.cli._verify import verify
 
 __all__ = ["main"]
@@ -52,6 +55,8 @@ for _command in (
     topics,
     produce,
     consume,
+    subscribe,
+    subscriptions,
     groups,
     standalone,
     server,
@@ -65,5 +70,6 @@ for _command in (
     metering,
     verify,
     bench,
+    trace,
 ):
     main.add_command(_command)

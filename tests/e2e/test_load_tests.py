@@ -4,6 +4,7 @@ summary (requests/s, failures, p50/p95/p99) and leaves the CSVs."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,23 @@ def test_a_scenario_runs_headless_and_reports(server: StandaloneServer, scenario
     assert set(rows) == expected | {"Aggregated"}
     assert float(rows["Aggregated"]["Requests/s"]) > 0
     assert next(tmp_path.glob(f"{scenario}-*_stats_history.csv")).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_push_benchmark_measures_both_paths_in_one_run() -> None:
+    bench = RUNNER.parent / "push_bench.py"
+    run = subprocess.run(
+        [sys.executable, str(bench), "--latency-messages", "50", "--messages", "500", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads(run.stdout.splitlines()[-1])
+    for path in ("latency_push", "latency_consumer"):
+        assert results[path]["received"] == 50  # every message arrived on both paths
+        assert set(results[path]["from_ack"]) == {"p50_ms", "p99_ms", "max_ms"}
+    assert results["throughput"]["messages"] == 500
+    assert results["throughput"]["subscriber_msgs_per_s"] > 0 and results["throughput"]["consumer_msgs_per_s"] > 0

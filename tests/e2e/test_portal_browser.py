@@ -1,13 +1,16 @@
 """The quota portal in a real browser (Debian's headless Chromium through Selenium) against a real server
 with auth on and a metering store holding two weeks of a tenant's traffic: sign in, see the usage charts,
 ask for a quota under the modelled threshold (approved at once), an exaggerated one (rejected with the
-reason), and a borderline one that the admin approves in the admin view. Screenshots go to
-``test-artifacts/portal/``."""
+reason), and a borderline one that the admin approves in the admin view. A screenshot of every page visited
+(the whole page, numbered in the order of the visits) goes to ``test-artifacts/portal/``."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import itertools
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.webdriver import Chrome
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -34,6 +38,9 @@ ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 HOUR_MS = 3600_000
 KIB = 1024
 SHOTS = ARTIFACTS / "portal"
+_shot_numbers = itertools.count(1)
+# What the API calls a quota field; a person reads "Produce", "Fetch", "Requests", "Partitions".
+FIELD_NAMES = ("produce_bytes_per_s", "fetch_bytes_per_s", "requests_per_s")
 
 
 def two_weeks_of_traffic(path: Path) -> None:
@@ -70,7 +77,8 @@ def portal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalon
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def browser() -> Iterator[Chrome]:
+    shutil.rmtree(SHOTS, ignore_errors=True)  # numbered by visit: an older run's pages would mix with this run's
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
@@ -81,14 +89,31 @@ def browser() -> Iterator[WebDriver]:
         yield driver
     finally:
         with contextlib.suppress(Exception):  # the last page, for a failure's post-mortem
-            shot(driver, "99-last-page")
-            (SHOTS / "99-last-page.html").write_text(driver.page_source)
+            shot(driver, "last-page").with_suffix(".html").write_text(driver.page_source)
         driver.quit()
 
 
-def shot(driver: WebDriver, name: str) -> None:
+def shot(driver: Chrome, name: str) -> Path:
+    """A PNG of the whole page, below the window's edge too (the dashboard is taller than the window)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    assert driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    png = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path = SHOTS / f"{next(_shot_numbers):02d}-{name}.png"
+    path.write_bytes(base64.b64decode(png["data"]))
+    return path
+
+
+def page_text(driver: WebDriver) -> str:
+    """What a person reads: the rendered text, without attributes or scripts."""
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def assert_no_field_names(driver: WebDriver) -> None:
+    text = page_text(driver)
+    assert not [name for name in FIELD_NAMES if name in text], text
 
 
 def sign_in(driver: WebDriver, url: str, token: str) -> None:
@@ -124,107 +149,164 @@ def replaced(element: WebElement) -> bool:
     return False
 
 
-def ask(driver: WebDriver, url: str, *, topic: str, resource: str, value: str, unit: str, why: str) -> tuple[str, str]:
-    """Send the request form; the request page's status and reason."""
+def ask(
+    driver: Chrome, url: str, name: str, *, topic: str, resource: str, value: str, unit: str, why: str
+) -> tuple[str, str]:
+    """Send the request form (a screenshot of it filled in, and of the request page it leads to); the request
+    page's status and reason."""
     driver.get(f"{url}/portal")
     Select(driver.find_element(By.ID, "request-topic")).select_by_value(topic)
     Select(driver.find_element(By.ID, "request-resource")).select_by_value(resource)
     driver.find_element(By.ID, "request-value").send_keys(value)
     Select(driver.find_element(By.ID, "request-unit")).select_by_visible_text(unit)
     driver.find_element(By.ID, "request-why").send_keys(why)
+    shot(driver, f"{name}-form")
     click_and_load(driver, "request-submit")
+    shot(driver, f"{name}-request")
+    assert_no_field_names(driver)
     return driver.find_element(By.ID, "request-status").text, driver.find_element(By.ID, "request-reason").text
 
 
 def test_a_tenant_signs_in_and_sees_usage_charts_and_quotas(
-    portal: tuple[StandaloneServer, str], browser: WebDriver
+    portal: tuple[StandaloneServer, str], browser: Chrome
 ) -> None:
     server, token = portal
     browser.get(f"{server.url}/portal")
     assert "/portal/login" in browser.current_url  # no session: the sign-in page
+    shot(browser, "login")
     sign_in(browser, server.url, "talos_000000000000_" + "x" * 43)
     assert "not valid" in browser.find_element(By.ID, "message").text
+    shot(browser, "login-token-not-valid")
     sign_in(browser, server.url, token)
     assert browser.current_url.rstrip("/").endswith("/portal")
+    shot(browser, "dashboard-24h")
+    assert browser.find_element(By.ID, "usage-source").text == (
+        "Bytes per second into and out of each topic, from the metering store."
+    )
+    assert "the this" not in page_text(browser)
+    captions = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "figure.usage-chart figcaption")]
+    assert len(captions) == 2 and all(c.startswith("Shown: the last 24 h, from ") for c in captions), captions
+
     browser.get(f"{server.url}/portal?period=14d")
     charts = {c.get_attribute("data-topic"): c for c in browser.find_elements(By.CSS_SELECTOR, "figure.usage-chart")}
     assert set(charts) == {"orders", "clicks"}
     for chart in charts.values():
         assert chart.find_elements(By.CSS_SELECTOR, "svg polyline"), "a line of traffic"
         assert len(chart.find_elements(By.CSS_SELECTOR, "svg circle")) > 100  # hourly points over two weeks
+        assert chart.find_element(By.TAG_NAME, "figcaption").text.startswith("Shown: the last 14 d, from ")
+    headings = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#quotas th")]
+    assert headings == ["Applies to", "Produce", "Fetch", "Requests", "Partitions"]
     assert "1 MiB/s" in browser.find_element(By.ID, "quota-topic-clicks").text
-    shot(browser, "01-dashboard")
+    resource = browser.find_element(By.ID, "request-resource")
+    assert resource.accessible_name.startswith("Limit on")  # the label names the control
+    choices = {o.get_attribute("value"): o.text for o in Select(resource).options}
+    assert choices["produce_bytes_per_s"] == "Produce (bytes written per second)"
+    assert choices["partitions"] == "Partitions (number of partitions)"
+    assert_no_field_names(browser)
+    shot(browser, "dashboard-14d")
     assert token not in browser.page_source
 
 
 def test_requests_are_approved_rejected_or_left_to_the_admin_who_approves(
-    portal: tuple[StandaloneServer, str], browser: WebDriver
+    portal: tuple[StandaloneServer, str], browser: Chrome
 ) -> None:
     server, token = portal
     sign_in(browser, server.url, token)
+    shot(browser, "dashboard")
 
     status, reason = ask(
-        browser, server.url, topic="orders", resource="produce_bytes_per_s", value="800", unit="KiB", why="promo"
+        browser,
+        server.url,
+        "under-threshold",
+        topic="orders",
+        resource="produce_bytes_per_s",
+        value="800",
+        unit="KiB",
+        why="promo",
     )
     assert status == "approved", reason
-    shot(browser, "02-under-threshold-approved")
 
     status, reason = ask(
-        browser, server.url, topic="orders", resource="produce_bytes_per_s", value="200", unit="MiB", why="future"
+        browser,
+        server.url,
+        "exaggerated",
+        topic="orders",
+        resource="produce_bytes_per_s",
+        value="200",
+        unit="MiB",
+        why="future",
     )
     assert status == "rejected"
     assert "Rejected" in reason and "MiB/s" in reason  # the reason, with the figures behind it ...
     assert "times the modelled threshold" in reason or "x the modelled threshold" in reason  # ... and the problem
-    shot(browser, "03-exaggerated-rejected")
 
     status, reason = ask(
-        browser, server.url, topic="clicks", resource="produce_bytes_per_s", value="8", unit="MiB", why="campaign"
+        browser,
+        server.url,
+        "borderline",
+        topic="clicks",
+        resource="produce_bytes_per_s",
+        value="8",
+        unit="MiB",
+        why="campaign",
     )
     assert status == "pending", reason
     pending_id = browser.current_url.rsplit("/", 1)[1]
-    shot(browser, "04-borderline-pending")
 
     browser.get(f"{server.url}/portal")
     assert "800 KiB/s" in browser.find_element(By.ID, "quota-topic-orders").text  # the approval took effect
     rows = {r.get_attribute("data-id"): r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.request-row")}
     assert "rejected" in rows[str(int(pending_id) - 1)] and "pending" in rows[pending_id]
+    assert "Produce: 8 MiB/s" in rows[pending_id] and "topic clicks" in rows[pending_id]
+    assert_no_field_names(browser)
+    shot(browser, "dashboard-with-requests")
 
     click_and_load(browser, "logout")
+    shot(browser, "signed-out")
     sign_in(browser, server.url, ADMIN_TOKEN)
     assert browser.current_url.endswith("/portal/admin")
     assert [r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "tr.pending-row")] == [
         pending_id
     ]
-    shot(browser, "05-admin-queue")
+    assert "Produce: 8 MiB/s" in browser.find_element(By.CSS_SELECTOR, "tr.pending-row").text
+    assert_no_field_names(browser)
+    shot(browser, "admin-queue")
     browser.find_element(By.ID, f"reason-{pending_id}").send_keys("campaign checked with the team")
     click_and_load(browser, f"approve-{pending_id}")
-    assert browser.find_element(By.ID, "queue-empty").is_displayed()
+    assert browser.find_element(By.ID, "queue-empty").text == "No request is waiting."
     decided = {r.get_attribute("data-id"): r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.decided-row")}
     assert "approved" in decided[pending_id] and "admin" in decided[pending_id]
-    shot(browser, "06-admin-approved")
+    shot(browser, "admin-approved")
 
     click_and_load(browser, "logout")
     sign_in(browser, server.url, token)
     assert "8 MiB/s" in browser.find_element(By.ID, "quota-topic-clicks").text
+    shot(browser, "dashboard-after-the-approval")
     browser.get(f"{server.url}/portal/requests/{pending_id}")
     assert browser.find_element(By.ID, "request-status").text == "approved"
     assert "campaign checked" in browser.find_element(By.ID, "request-reason").text
+    assert "Produce (bytes written per second)" in page_text(browser)
+    assert_no_field_names(browser)
+    shot(browser, "request-approved-by-the-admin")
     browser.get(f"{server.url}/portal/audit")
     actions = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.audit-row")]
     assert any("quota_request.approved" in a and "admin" in a for a in actions)
     assert any("quota_request.rejected" in a for a in actions)
-    shot(browser, "07-audit")
+    shot(browser, "audit")
     with Admin(server.url, token=token) as tenant:
         assert tenant.quotas("acme")["topics"]["clicks"]["produce_bytes_per_s"] == 8 * 1024 * KIB
 
 
 def test_a_tenant_cannot_open_the_admin_view_or_post_without_the_form_nonce(
-    portal: tuple[StandaloneServer, str], browser: WebDriver
+    portal: tuple[StandaloneServer, str], browser: Chrome
 ) -> None:
     server, token = portal
     sign_in(browser, server.url, token)
+    shot(browser, "dashboard-before-the-admin-view")
     browser.get(f"{server.url}/portal/admin")
     assert "403" in browser.find_element(By.TAG_NAME, "h1").text
+    assert browser.find_element(By.ID, "error-message").text == "The admin view needs the admin token."
+    shot(browser, "error-403")
     # A form posted from elsewhere carries the cookie (not with SameSite=Strict, but say it did) but no nonce.
     answer = browser.execute_script(
         "const r = await fetch('/portal/requests', {method: 'POST', headers: {'content-type':"

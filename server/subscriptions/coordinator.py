@@ -108,6 +108,14 @@ class Subscription:
         loop = asyncio.get_running_loop()
         self._readers = [loop.create_task(self._read(p)) for p in sorted(self.ledgers)]
 
+    def grow(self, partitions: int) -> None:
+        """The topic has ``partitions`` now: read the new ones from their start."""
+        for partition in range(len(self.ledgers), partitions):
+            self.ledgers[partition] = Ledger(0)
+            self.messages[partition] = {}
+            self.buffered[partition] = 0
+            self._readers.append(asyncio.get_running_loop().create_task(self._read(partition)))
+
     async def close(self, error: ApiError) -> None:
         self.failed = self.failed or error
         for reader in self._readers:
@@ -209,6 +217,8 @@ class Subscription:
             if holder in self.gone:  # its connection closed while this pull was relayed: lease it nothing
                 return []
             self.holders[holder] = self.last_used = time.monotonic()
+            with contextlib.suppress(ApiError):  # a deleted topic: its readers wait
+                self.grow(self.broker.topic(self.settings.topic).partitions)
             wake = self._wake
             out = self._take(holder, limit)
             if out or self._dead:

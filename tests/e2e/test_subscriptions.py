@@ -298,3 +298,42 @@ def test_a_traced_topics_pushed_messages_show_delivery_and_acknowledgement(
     by_kind = {e["event"]: e for e in events()}
     assert by_kind["delivered"]["subscription"] == "tr-" + topic_name and by_kind["delivered"]["delivery"] == 1
     assert by_kind["acked"]["subscriber"] == by_kind["delivered"]["subscriber"]
+
+
+def test_a_subscriptions_reads_are_under_its_tenants_fetch_quota(tmp_path: Path) -> None:
+    with secured_standalone(tmp_path / "data", {"acme": {"fetch_bytes_per_s": 4000}}) as secured:
+        url, token = secured.url, secured.token("acme")
+        with secured.admin("acme") as admin:
+            admin.create_topic("big", partitions=1)
+        with Producer(url, token=token) as producer:
+            for n in range(24):
+                producer.send("big", value=bytes([65 + n]) * 1000)
+        started = time.monotonic()
+        with Subscriber(url, "bulk", token=token, topic="big", start="earliest", window=100) as subscriber:
+            got = []
+            while len(got) < 24 and (message := subscriber.receive(timeout=30)) is not None:
+                got.append(message.value)
+                message.ack()
+        elapsed = time.monotonic() - started
+        assert sorted(got) == sorted(bytes([65 + n]) * 1000 for n in range(24))
+        # 24,000 bytes at acme's 4,000 bytes/s: the coordinator's reads wait for the quota (unlimited, well
+        # under a second; a burst of a second's worth at most is read at once)
+        assert elapsed > 3.0, elapsed
+
+
+def test_partitions_added_to_the_topic_are_delivered_too(server: StandaloneServer, topic_name: str) -> None:
+    url = server.url
+    with Admin(url) as admin:
+        admin.create_topic(topic_name, partitions=1)
+        admin.create_subscription("grow-" + topic_name, topic_name)
+        with Subscriber(url, "grow-" + topic_name) as subscriber:
+            assert subscriber.receive(timeout=0.5) is None
+            admin.alter_topic(topic_name, partitions=3)
+            with Producer(url) as producer:
+                for partition in range(3):
+                    producer.send(topic_name, value=f"p{partition}".encode(), partition=partition)
+            got = set()
+            while len(got) < 3 and (message := subscriber.receive(timeout=15)) is not None:
+                got.add((message.partition, message.value))
+                message.ack()
+    assert got == {(p, f"p{p}".encode()) for p in range(3)}

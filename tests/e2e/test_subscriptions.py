@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from talos import Admin, AsyncSubscriber, Consumer, Producer, Subscriber, Urllib3Transport
+from talos import Admin, AsyncSubscriber, Consumer, NotFoundError, Producer, Subscriber, Urllib3Transport
 from tests.e2e.conftest import StandaloneServer
 from tests.helpers import running_standalone, secured_standalone
 
@@ -90,6 +90,8 @@ def test_bad_requests_get_clear_errors(server: StandaloneServer, topic_name: str
             assert orjson.loads(ws.recv(timeout=5))["error"]["code"] == "INVALID_REQUEST"
         ws.send('{"type": "ping"}')
         assert orjson.loads(ws.recv(timeout=5)) == {"type": "pong"}
+    with Subscriber(url, "never") as subscriber, pytest.raises(NotFoundError, match="never"):
+        subscriber.receive(timeout=10)  # the SDK raises what the server closed with
     assert topic_name + "-s" in Admin(url).list_subscriptions()
     Admin(url).delete_subscription(topic_name + "-s")
     assert code(request(url, "GET", f"/v1/subscriptions/{topic_name}-s")) == (404, "UNKNOWN_SUBSCRIPTION")

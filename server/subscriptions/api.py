@@ -167,8 +167,8 @@ async def delete_subscription(name: str, request: Request) -> Response:
 )
 async def pull(name: str, request: Request) -> Response:
     async def handle(broker: Broker, coordinator: SubscriptionCoordinator, raw: bytes) -> Response:
+        active = await active_for(broker, coordinator, _who(request), name)  # first: others learn nothing
         body = parse_body(PullRequest, raw)
-        active = await active_for(broker, coordinator, _who(request), name)
         found = await active.pull(body.subscriber, body.max_messages, body.wait_ms / 1000)
         return json_response({"messages": found})
 
@@ -182,8 +182,8 @@ async def pull(name: str, request: Request) -> Response:
 )
 async def settle(name: str, request: Request) -> Response:
     async def handle(broker: Broker, coordinator: SubscriptionCoordinator, raw: bytes) -> Response:
-        body = parse_body(SettleRequest, raw)
         active = await active_for(broker, coordinator, _who(request), name)
+        body = parse_body(SettleRequest, raw)
         items = [(m.partition, m.offset, m.delivery) for m in body.messages]
         ms = body.ms if body.op != "extend" or body.ms else active.settings.ack_timeout_ms
         return json_response({"results": await active.settle(body.subscriber, body.op, items, ms)})
@@ -198,8 +198,8 @@ async def settle(name: str, request: Request) -> Response:
 )
 async def release(name: str, request: Request) -> Response:
     async def handle(broker: Broker, coordinator: SubscriptionCoordinator, raw: bytes) -> Response:
-        body = parse_body(ReleaseRequest, raw)
         active = await active_for(broker, coordinator, _who(request), name)
+        body = parse_body(ReleaseRequest, raw)
         return json_response({"released": active.release(body.subscriber)})
 
     return await _at_coordinator(request, name, handle)

@@ -3,7 +3,8 @@
 
 B makes one of each object it can own: a topic with messages, a consumer group with a live member and
 committed offsets (so its ``__retry.<group>`` and ``__dlq.<group>`` topics exist), an idempotent producer id,
-a quota request, a second token and a connector checkpoint. Then, for every operation in ``/openapi.json``
+a quota request, a second token, a connector checkpoint and a push subscription (with a leased message).
+Then, for every operation in ``/openapi.json``
 (so a new endpoint is covered without editing this file), path parameters are filled with B's objects
 (:data:`PATH_VALUES`; an operation with a parameter this table does not know FAILS the test, so new
 endpoints are added knowingly), a request body is built from the operation's schema with B's names, and:
@@ -36,6 +37,7 @@ TOPIC = f"{SECRET}-orders"
 GROUP = f"{SECRET}-group"
 CONNECTOR = f"{SECRET}-connector"
 CHECKPOINT = f"{SECRET}-checkpoint-7"
+SUBSCRIPTION = f"{SECRET}-subscription"
 DENIED = {401, 403, 404}
 # Names each tenant has its own namespace of: A's "bsecret-connector" is A's, not B's (B's must not change).
 TENANT_SCOPED = ("/v1/connectors/",)
@@ -88,6 +90,10 @@ def _make_victim(world_url: str, token: str, admin: Admin) -> Victim:
         spare = _ok(b.post("/v1/tenants/b/tokens", json={"name": "spare"}))
         connector = b.put(f"/v1/connectors/{CONNECTOR}/offsets", json={"task": "t0", "checkpoint": {"pos": CHECKPOINT}})
         assert connector.status_code in (200, 404), connector.text  # 404: no such API (yet)
+        made = {"name": SUBSCRIPTION, "topic": TOPIC, "start": "earliest", "ack_timeout_ms": 3_600_000}
+        _ok(b.post("/v1/subscriptions", json=made))
+        pull = {"subscriber": "b-worker", "max_messages": 1, "wait_ms": 5000}
+        assert len(_ok(b.post(f"/v1/subscriptions/{SUBSCRIPTION}/pull", json=pull))["messages"]) == 1
     return Victim(
         token=token,
         spare_token_id=spare["id"],
@@ -123,6 +129,7 @@ def _path_values(victim: Victim, topic: str) -> dict[str, str]:
         "token_id": victim.spare_token_id,
         "request_id": str(victim.request_id),
         "name": CONNECTOR,
+        "offset": "0",
     }
 
 
@@ -214,6 +221,8 @@ def _attacks(document: dict[str, Any], victim: Victim, attacker: str) -> list[At
             topics = [TOPIC, victim.retry_topic, victim.dead_letter_topic] if "topic" in names else [TOPIC]
             for topic in topics:
                 values = _path_values(victim, topic)
+                if template.startswith("/v1/subscriptions/"):
+                    values["name"] = SUBSCRIPTION
                 missing = sorted(names - set(values))
                 if missing:
                     unknown.append(f"{method.upper()} {template}: {missing}")
@@ -256,6 +265,10 @@ def _snapshot(world: World) -> dict[str, Any]:
         state["grants"] = _ok(b.get("/v1/acls"))["acls"]
         if victim.connector:
             state["checkpoint"] = _ok(b.get(f"/v1/connectors/{CONNECTOR}/offsets"))
+        subscription = _ok(b.get(f"/v1/subscriptions/{SUBSCRIPTION}"))
+        state["subscription"] = {k: v for k, v in subscription.items() if k != "subscribers"}
+        dead = _ok(b.get(f"/v1/topics/__sub-dlq.{SUBSCRIPTION}"))["partitions_detail"]
+        state["dead letters"] = [(p["earliest"], p["latest"]) for p in dead]
     return state
 
 
@@ -271,6 +284,7 @@ def _leaks(world: World, text: str, sent: str) -> list[str]:
         victim.spare_token_id,
         str(victim.producer_id),
         CHECKPOINT,
+        SUBSCRIPTION,
         f"{SECRET}-m0",
     ]
     return [s for s in secrets_of_b if s in text and s not in sent]

@@ -45,7 +45,7 @@ from server.subscriptions.records import (
 )
 from server.topics import TopicConfig
 from server.usage.meter import TENANT_HEADER
-from talos import Record, RecordData, decode_batches
+from talos import BatchError, Record, RecordData, decode_batches
 
 __all__ = ["Subscription", "SubscriptionCoordinator", "unknown_subscription"]
 
@@ -159,7 +159,15 @@ class Subscription:
             except ApiError as exc:
                 await self._read_failed(partition, exc)
                 continue
-            self._admit(partition, reply)
+            except Exception:  # a reader that died would leave its partition unread for good
+                log.exception("subscription %s: reading %s/%d", self.name, settings.topic, partition)
+                await asyncio.sleep(_RETRY_S)
+                continue
+            try:
+                self._admit(partition, reply)
+            except BatchError:  # an unreadable batch header: nothing after it can be found in this answer
+                log.exception("subscription %s: %s/%d at %d", self.name, settings.topic, partition, ledger.end)
+                await asyncio.sleep(_RETRY_S)
 
     async def _read_failed(self, partition: int, exc: ApiError) -> None:
         ledger = self.ledgers[partition]

@@ -170,3 +170,25 @@ def read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str,
         out.append((status, headers, buffer[:length]))
         buffer = buffer[length:]
     return out
+
+
+@contextlib.contextmanager
+def headless_chromium(window: str, last_page: Path) -> Iterator[Any]:
+    """Debian's Chromium through chromedriver, headless; the last page's HTML is kept in ``last_page`` for a
+    failure's post-mortem. Selenium is imported here: most tests that use these helpers need no browser."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={window}"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        with contextlib.suppress(Exception):
+            last_page.parent.mkdir(parents=True, exist_ok=True)
+            last_page.write_text(driver.page_source)
+        driver.quit()

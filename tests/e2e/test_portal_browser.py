@@ -7,7 +7,6 @@ reason), and a borderline one that the admin approves in the admin view. A scree
 from __future__ import annotations
 
 import base64
-import contextlib
 import itertools
 import secrets
 import shutil
@@ -16,10 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver import Chrome
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -30,7 +27,7 @@ from metering.store import MinuteUsage
 from talos import Admin
 from talos.devservices import StandaloneServer
 from tests.conftest import ARTIFACTS
-from tests.helpers import running_standalone
+from tests.helpers import headless_chromium, running_standalone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -79,18 +76,8 @@ def portal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalon
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Chrome]:
     shutil.rmtree(SHOTS, ignore_errors=True)  # numbered by visit: an older run's pages would mix with this run's
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
-    driver.implicitly_wait(5)
-    try:
+    with headless_chromium("1280,1600", SHOTS / "last-page.html") as driver:
         yield driver
-    finally:
-        with contextlib.suppress(Exception):  # the last page, for a failure's post-mortem
-            shot(driver, "last-page").with_suffix(".html").write_text(driver.page_source)
-        driver.quit()
 
 
 def shot(driver: Chrome, name: str) -> Path:

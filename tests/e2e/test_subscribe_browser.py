@@ -3,19 +3,16 @@ server with auth on (the token in ``token=``): the page is pushed each message a
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
 from selenium.webdriver import Chrome
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 from talos import Admin, Producer
-from tests.helpers import secured_standalone
+from tests.helpers import headless_chromium, secured_standalone
 
 pytestmark = pytest.mark.slow
 
@@ -31,18 +28,9 @@ def readme_page() -> str:
 
 @pytest.fixture
 def browser() -> Iterator[Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,800"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
-    try:
+    with headless_chromium("1000,800", SHOTS / "last-page.html") as driver:
         yield driver
-    finally:
-        with contextlib.suppress(Exception):
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            driver.save_screenshot(str(SHOTS / "subscriber-page.png"))
-        driver.quit()
+        driver.save_screenshot(str(SHOTS / "subscriber-page.png"))
 
 
 def test_a_browser_page_is_pushed_messages_and_acknowledges_them(browser: Chrome, tmp_path: Path) -> None:

@@ -7,15 +7,12 @@ traceparent), then by key; another tenant is told the topic is unknown. Screensh
 from __future__ import annotations
 
 import base64
-import contextlib
 import secrets
 import shutil
 from collections.abc import Iterator
 
 import pytest
-from selenium import webdriver
 from selenium.webdriver import Chrome
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -23,7 +20,7 @@ from talos import Admin, Consumer, Producer
 from talos.devservices import StandaloneServer, wait_until
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import click_and_load, sign_in
-from tests.helpers import running_standalone
+from tests.helpers import headless_chromium, running_standalone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -65,19 +62,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalon
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Chrome]:
     shutil.rmtree(SHOTS, ignore_errors=True)
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1200"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
-    driver.implicitly_wait(5)
-    try:
+    with headless_chromium("1280,1200", SHOTS / "last-page.html") as driver:
         yield driver
-    finally:
-        with contextlib.suppress(Exception):
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            (SHOTS / "last-page.html").write_text(driver.page_source)
-        driver.quit()
 
 
 def shot(driver: Chrome, name: str) -> None:

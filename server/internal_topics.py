@@ -11,9 +11,9 @@ from server.http import messages
 from server.http.messages import BATCH_CONTENT_TYPE
 from server.http.reply import answer_of
 from server.topics import TopicConfig
-from talos import RecordData, decode_records, encode_batch, iter_batches
+from talos import Record, RecordData, decode_records, encode_batch, iter_batches
 
-__all__ = ["append", "bounds", "ensure", "read_all"]
+__all__ = ["append", "bounds", "ensure", "read_all", "read_records"]
 
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -59,13 +59,11 @@ async def bounds(broker: Broker, topic: str, partition: int) -> tuple[int, int]:
     return int(doc["earliest"]), int(doc["latest"])
 
 
-async def read_all(
-    broker: Broker, topic: str, partition: int, *, start: int | None = None
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    """Every record (offset, key, value) from the earliest offset (or ``start``) to the high watermark."""
+async def read_records(broker: Broker, topic: str, partition: int, *, start: int | None = None) -> list[Record]:
+    """Every record from the earliest offset (or ``start``) to the high watermark."""
     offset, end = await bounds(broker, topic, partition)
     offset = max(offset, start or 0)
-    out: list[tuple[int, bytes | None, bytes | None]] = []
+    out: list[Record] = []
     accept = {"accept": BATCH_CONTENT_TYPE}
     while offset < end:
         query = {"offset": str(offset), "max_bytes": str(_READ_BYTES)}
@@ -77,8 +75,15 @@ async def read_all(
         for position, _header in iter_batches(data, verify=True):
             for record in decode_records(data, position, verify=False):
                 if record.offset >= offset:
-                    out.append((record.offset, record.key, record.value))
+                    out.append(record)
                     offset = record.offset + 1
         if offset == before:
             break  # nothing more is readable (retention removed the rest as we read)
     return out
+
+
+async def read_all(
+    broker: Broker, topic: str, partition: int, *, start: int | None = None
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record (offset, key, value) from the earliest offset (or ``start``) to the high watermark."""
+    return [(r.offset, r.key, r.value) for r in await read_records(broker, topic, partition, start=start)]

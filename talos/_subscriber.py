@@ -90,7 +90,7 @@ def websocket_url(url: str, subscription: str, params: dict[str, str]) -> str:
     return urllib.parse.urlunsplit((scheme, parts.netloc, parts.path + "/v1/subscribe", query, ""))
 
 
-Key = tuple[str, int, int, int, int]  # op, partition, offset, delivery, ms
+Key = tuple[str, int, int, int]  # op, partition, offset, delivery: what a confirmation names
 
 
 def _message(doc: dict[str, Any], settle: Callable[[str, SubscribedMessage, int], Any]) -> SubscribedMessage:
@@ -134,7 +134,7 @@ class _Core:
         self.subscription = subscription
         self.token = _token(token)
         self._future = future
-        self.pending: dict[Key, Any] = {}  # settlements not yet confirmed -> their futures
+        self.pending: dict[Key, tuple[Any, int]] = {}  # settlements not yet confirmed -> (future, ms)
         self._outbox: dict[Key, None] = {}  # settlements to send (again)
         self.last_error: dict[str, Any] = {}
         self.follow = follow_coordinator
@@ -154,12 +154,12 @@ class _Core:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def settle(self, op: str, message: SubscribedMessage, ms: int) -> Any:
-        key = (op, message.partition, message.offset, message.delivery, ms)
+        key = (op, message.partition, message.offset, message.delivery)
         found = self.pending.get(key)
-        if found is None:
-            found = self.pending[key] = self._future()
+        if found is None:  # (the same settlement again before its confirmation: the first one stands)
+            found = self.pending[key] = (self._future(), ms)
             self._outbox[key] = None
-        return found
+        return found[0]
 
     def send_all_again(self) -> None:
         """On a new connection: everything not yet confirmed goes out again."""
@@ -168,7 +168,11 @@ class _Core:
     def take_frames(self) -> list[str]:
         """The outbox as frames, one per kind of settlement."""
         groups: dict[tuple[str, int], list[dict[str, int]]] = {}
-        for op, partition, offset, delivery, ms in self._outbox:
+        for key in self._outbox:
+            if key not in self.pending:
+                continue  # confirmed meanwhile
+            op, partition, offset, delivery = key
+            ms = self.pending[key][1]
             groups.setdefault((op, ms), []).append({"partition": partition, "offset": offset, "delivery": delivery})
         self._outbox = {}
         frames = []
@@ -192,14 +196,15 @@ class _Core:
         if kind == "settled":
             op = doc["op"]
             for result in doc.get("results", []):
-                where = (int(result["partition"]), int(result["offset"]), int(result["delivery"]))
-                for key in [k for k in self.pending if k[0] == op and k[1:4] == where]:
-                    if result.get("status") == "error":  # the server could not now (its coordinator moving)
-                        self._outbox[key] = None
-                        continue
-                    future = self.pending.pop(key)
-                    if not future.done():
-                        future.set_result(result.get("status") == "ok")
+                key = (op, int(result["partition"]), int(result["offset"]), int(result["delivery"]))
+                if key not in self.pending:
+                    continue
+                if result.get("status") == "error":  # the server could not now (its coordinator moving)
+                    self._outbox[key] = None
+                    continue
+                future = self.pending.pop(key)[0]
+                if not future.done():
+                    future.set_result(result.get("status") == "ok")
         elif kind == "hello":  # the first frame: which server coordinates the subscription
             target = doc.get("coordinator_url")
             if self.follow and not doc.get("local") and isinstance(target, str) and self._hops < 2:
@@ -223,7 +228,7 @@ class _Core:
         return api_error(code - 4000, {"error": error})
 
     def fail_all(self, exc: BaseException) -> None:
-        for future in self.pending.values():
+        for future, _ms in self.pending.values():
             if not future.done():
                 future.set_exception(exc)
         self.pending.clear()

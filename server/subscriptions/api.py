@@ -10,7 +10,7 @@ consume its topic, checked at the coordinator on every pull and settle."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 from fastapi import APIRouter, Request, WebSocket
@@ -63,7 +63,9 @@ class SettleItem(BaseModel):
 class SettleRequest(BaseModel):
     subscriber: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
     op: Literal["ack", "nack", "extend"]
-    ms: int = Field(0, ge=0, le=7 * 24 * 3600 * 1000, description="nack: delay; extend: the lease's new length")
+    ms: int = Field(
+        0, ge=0, le=7 * 24 * 3600 * 1000, description="nack: delay; extend: the lease's new length (0: the ack timeout)"
+    )
     messages: list[SettleItem] = Field(min_length=1, max_length=MAX_WINDOW)
 
 
@@ -185,8 +187,7 @@ async def settle(name: str, request: Request) -> Response:
         active = await active_for(broker, coordinator, _who(request), name)
         body = parse_body(SettleRequest, raw)
         items = [(m.partition, m.offset, m.delivery) for m in body.messages]
-        ms = body.ms if body.op != "extend" or body.ms else active.settings.ack_timeout_ms
-        return json_response({"results": await active.settle(body.subscriber, body.op, items, ms)})
+        return json_response({"results": await active.settle(body.subscriber, body.op, items, body.ms)})
 
     return await _at_coordinator(request, name, handle)
 
@@ -224,8 +225,7 @@ async def subscribe(ws: WebSocket) -> None:
         link = CoordinatorLink(broker, coordinator, name, who, headers)
         if params.get("topic"):
             await _made(broker, coordinator, who, name, dict(params), headers)
-        authorize(broker, coordinator, who, name)
-        settings = await _settings(broker, coordinator, who, name, headers)
+        authorize(broker, coordinator, who, name)  # the right to consume its topic: checked by every pull
     except ApiError as exc:
         await ws.send_text(error_frame(exc).decode())
         await ws.close(code=4000 + exc.status if 400 <= exc.status < 600 else 1011)
@@ -235,7 +235,7 @@ async def subscribe(ws: WebSocket) -> None:
     # Who coordinates it: a client that can reach that server may connect there instead and save a hop.
     hello = {"type": "hello", "subscriber": holder, "coordinator": owner.server_id, "coordinator_url": owner.url}
     await ws.send_text(orjson.dumps({**hello, "local": owner.local}).decode())
-    await Session(ws, link, holder, window, settings["ack_timeout_ms"]).run()
+    await Session(ws, link, holder, window).run()
 
 
 async def _made(
@@ -284,15 +284,3 @@ async def _made(
     except ApiError as exc:
         if exc.code != "SUBSCRIPTION_EXISTS":  # made by a racing subscriber: fine
             raise
-
-
-async def _settings(
-    broker: Broker, coordinator: SubscriptionCoordinator, who: Principal, name: str, headers: dict[str, str]
-) -> dict[str, Any]:
-    """The subscription's description, from its coordinator (checks the caller may consume its topic)."""
-    owner = coordinator.owner(name)
-    if owner.local:
-        await active_for(broker, coordinator, who, name)
-        return await coordinator.describe(name)
-    reply = await broker.forwarder.send(owner, "GET", f"/v1/subscriptions/{name}", query={}, headers=headers, body=None)
-    return answer_of(reply)

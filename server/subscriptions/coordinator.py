@@ -288,11 +288,14 @@ class Subscription:
     # ------------------------------------------------------------------ settling
 
     async def settle(self, holder: str, op: str, items: Iterable[tuple[int, int, int]], ms: int = 0) -> list[str]:
-        """Acknowledge (``ack``), give back (``nack``, delivered again after ``ms``) or extend (``extend``,
-        ``ms`` more) delivered messages, each ``(partition, offset, delivery)``; a status for each:
-        ``ok``, ``stale`` (another delivery has it now) or ``unknown``. Confirmed once written."""
+        """Acknowledge (``ack``), give back (``nack``, delivered again after ``ms``) or extend (``extend``: the
+        lease ends ``ms``, 0: the ack timeout, from now) delivered messages, each ``(partition, offset,
+        delivery)``; a status for each: ``ok``, ``stale`` (another delivery has it now) or ``unknown``.
+        Confirmed once written."""
         if self.failed is not None:
             raise self.failed
+        if op == "extend" and not ms:
+            ms = self.settings.ack_timeout_ms
         self.holders[holder] = self.last_used = time.monotonic()
         now_ms = int(time.time() * 1000)
         results = []
@@ -583,8 +586,11 @@ class SubscriptionCoordinator:
         _, end = await internal_topics.bounds(self._broker, dead_letter_topic(name), 0)
         if end <= snapshot.dead_letter_end:
             return
-        records = await _read_headers(self._broker, dead_letter_topic(name), snapshot.dead_letter_end)
-        for headers in records:
+        records = await internal_topics.read_records(
+            self._broker, dead_letter_topic(name), 0, start=snapshot.dead_letter_end
+        )
+        for record in records:
+            headers = {k: (v or b"").decode(errors="replace") for k, v in record.headers}
             try:
                 partition, offset = int(headers[ORIGIN_HEADERS[1]]), int(headers[ORIGIN_HEADERS[2]])
             except (KeyError, ValueError):
@@ -632,29 +638,6 @@ class SubscriptionCoordinator:
     async def close(self) -> None:
         for name in list(self._active):
             await self._let_go(name, None)
-
-
-async def _read_headers(broker: Broker, topic: str, start: int) -> list[dict[str, str]]:
-    """The headers of every record of partition 0 of ``topic`` from ``start``."""
-    out = []
-    offset = start
-    _, end = await internal_topics.bounds(broker, topic, 0)
-    while offset < end:
-        reply = await messages.fetch(
-            broker, topic, 0, {"accept": BATCH_CONTENT_TYPE}, {"offset": str(offset), "max_bytes": str(_READ_BYTES)}
-        )
-        if reply.status != 200:
-            answer_of(reply)
-        before = offset
-        for decoded in decode_batches(reply.body, verify=False):
-            for record in decoded.records:
-                if record.offset >= offset:
-                    out.append({k: (v or b"").decode(errors="replace") for k, v in record.headers})
-                    offset = record.offset + 1
-            offset = max(offset, decoded.header.next_offset)
-        if offset == before:
-            break
-    return out
 
 
 def new_holder() -> str:

@@ -118,7 +118,7 @@ class Ledger:
         if not self._sorted:
             self.entries = dict(sorted(self.entries.items()))
             self._sorted = True
-        return iter(list(self.entries.items()))
+        return iter(self.entries.items())  # take() changes entries, never which offsets there are
 
     # ------------------------------------------------------------------ delivering
 

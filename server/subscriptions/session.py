@@ -13,7 +13,7 @@ Frames are JSON text. The server sends:
 
 The subscriber sends ``{"type": "ack" | "nack" | "extend", partition, offset, delivery}`` or the same with
 ``"messages": [{partition, offset, delivery}, ...]``, with ``delay_ms`` (nack: delivered again after it) or
-``ms`` (extend: the lease ends that long from now); and ``{"type": "window", "size": n}``.
+``ms`` (extend: the lease ends that long from now; 0 or none: the ack timeout); and ``{"type": "window", "size": n}``.
 
 Flow control is a window (credit): at most ``window`` delivered messages are unsettled at the subscriber;
 the next are pulled only as it settles some. A subscriber that closes its connection gives its unsettled
@@ -69,20 +69,19 @@ def _items(doc: dict[str, Any]) -> list[Item]:
     return out
 
 
-def _ms(doc: dict[str, Any], name: str, default: int) -> int:
-    value = doc.get(name, default)
+def _ms(doc: dict[str, Any], name: str) -> int:
+    value = doc.get(name, 0)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 7 * 24 * 3600 * 1000:
         raise ApiError(400, "INVALID_REQUEST", f"{name} must be an integer between 0 and {7 * 24 * 3600 * 1000}")
     return value
 
 
 class Session:
-    def __init__(self, ws: WebSocket, link: CoordinatorLink, holder: str, window: int, ack_timeout_ms: int) -> None:
+    def __init__(self, ws: WebSocket, link: CoordinatorLink, holder: str, window: int) -> None:
         self._ws = ws
         self._link = link
         self._holder = holder
         self._window = window
-        self._ack_timeout_ms = ack_timeout_ms
         self._outstanding: set[Item] = set()
         self._credit = asyncio.Event()
         self._queued: dict[tuple[str, int], list[Item]] = {}
@@ -147,7 +146,7 @@ class Session:
                     raise ApiError(400, "INVALID_REQUEST", "a frame is one JSON object")
                 kind = doc.get("type")
                 if kind in OPS:
-                    ms = _ms(doc, "delay_ms", 0) if kind == "nack" else _ms(doc, "ms", self._ack_timeout_ms)
+                    ms = _ms(doc, "delay_ms") if kind == "nack" else _ms(doc, "ms")  # extend, 0: the ack timeout
                     self._queued.setdefault((str(kind), 0 if kind == "ack" else ms), []).extend(_items(doc))
                     self._has_queued.set()
                 elif kind == "window":

@@ -35,6 +35,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1; env TALOS_HOST)")
     parser.add_argument("--port", type=int, help="port (default 8080; env TALOS_PORT)")
     parser.add_argument("--config", help="TOML file ([server] table); env TALOS_CONFIG")
+    parser.add_argument(
+        "--kafka-port",
+        type=int,
+        help="serve the Kafka protocol on this port too (default off; env TALOS_KAFKA_PORT; docs/kafka.md)",
+    )
+    parser.add_argument(
+        "--kafka-advertised",
+        help="HOST:PORT Kafka clients use to reach this server (default HOST:KAFKA_PORT; env TALOS_KAFKA_ADVERTISED)",
+    )
     parser.add_argument("--group-commit", choices=["on", "off"], help="one flush per partition for all queued requests")
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     parser.add_argument(
@@ -149,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         "group_commit": group_commit,
         "auth": args.auth,
         "metrics_labels": args.metrics_labels,
+        "kafka_port": args.kafka_port,
+        "kafka_advertised": args.kafka_advertised,
     }
     flags.update(
         header_timeout_s=args.header_timeout,

@@ -27,6 +27,7 @@ from kazoo.retry import KazooRetry
 from hashring import Ring, partition_key
 from server.config import ServerConfig
 from server.coordination import LiveServer, RingKeeper, RingStore, ServerRegistry, paths
+from server.coordination.registry import registration
 from server.errors import ApiError
 
 __all__ = ["ClusterMember", "Owner"]
@@ -102,7 +103,10 @@ class ClusterMember:
             for candidate in self._identities(waiting=time.monotonic() < adopt_until):
                 try:
                     self.zk.create(
-                        f"{paths.SERVERS}/{candidate}", orjson.dumps({"url": self.url}), ephemeral=True, makepath=True
+                        f"{paths.SERVERS}/{candidate}",
+                        registration(self.url, self.config.kafka_address),
+                        ephemeral=True,
+                        makepath=True,
                     )
                 except NodeExistsError:
                     continue

@@ -31,6 +31,10 @@ class ServerConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000  # a partition's active segment is sealed at this age, even if idle
     default_partitions: int = 1
     max_wait_ms: int = 30_000  # upper bound of a long poll
+    # The Kafka listener (docs/kafka.md): off unless a port is set. Clients reach this server at
+    # kafka_advertised (HOST:PORT; default the listening host and port).
+    kafka_port: int = 0
+    kafka_advertised: str = ""
     io_threads: int = 8  # partition writes (append + flush): a partition's work stays on one thread
     read_threads: int = 4  # partition reads from storage (the tail cache serves recent data without them)
     flush_timeout_s: float = 20.0  # a flush stuck longer (storage hung) abandons the log; the partition reloads
@@ -117,6 +121,16 @@ class ServerConfig:
             return self.advertised_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def kafka_address(self) -> str:
+        """HOST:PORT Kafka clients use to reach this server ("" when the listener is off)."""
+        if not self.kafka_port:
+            return ""
+        if self.kafka_advertised:
+            return self.kafka_advertised
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"{host}:{self.kafka_port}"
 
     @property
     def member_id(self) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "fetched",
     "forwarded",
     "group_committed",
+    "kafka_request",
     "group_rebalanced",
     "groups_coordinated",
     "subscription_dead_lettered",
@@ -84,6 +85,9 @@ class _LoopCounter(Collector):
 _messages_in = _LoopCounter("talos_messages_in", "Messages produced", ["topic"])
 _bytes_in = _LoopCounter("talos_bytes_in", "Request bytes produced", ["topic"])
 _bytes_out = _LoopCounter("talos_bytes_out", "Batch bytes fetched", ["topic"])
+_kafka_requests = _LoopCounter(
+    "talos_kafka_requests", "Kafka protocol requests answered, by API and Kafka error code", ["api", "error"]
+)
 _reads = _LoopCounter("talos_fetch_reads", "Fetches answered, by where the data came from", ["source"])
 _partitions = Gauge("talos_loaded_partitions", "Partitions this server has loaded", registry=REGISTRY)
 _cache = Gauge("talos_tail_cache_bytes", "Bytes held by the tail cache", registry=REGISTRY)
@@ -217,6 +221,11 @@ def produced(topic: str, messages: int, size: int) -> None:
 def fetched(topic: str, size: int) -> None:
     if size:
         _bytes_out.labels(topic).inc(size)
+
+
+def kafka_request(api: str, error: int) -> None:
+    """A Kafka listener request was answered (``error``: its first non-zero Kafka error code, or 0)."""
+    _kafka_requests.labels(api, str(error)).inc()
 
 
 def read_from(source: str) -> None:

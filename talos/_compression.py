@@ -76,8 +76,10 @@ def compress(codec: int, data: Buffer) -> bytes:
         return _snappy_xerial(data)
     if codec == Codec.LZ4:
         # Independent blocks (Kafka's reader refuses linked ones); no content checksum, as Kafka writes it.
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
-        compressor.compress(data)
+        # Level 1, LZ4's fast mode: cramjam's default (4, high compression) took 2.4 ms per 100 KiB against
+        # 63 µs, for a frame about 0.2 % smaller (docs/kafka.md). Its compressor takes only ``bytes``.
+        compressor = cramjam.lz4.Compressor(level=1, content_checksum=False, block_linked=False)
+        compressor.compress(data if isinstance(data, bytes) else bytes(data))
         return bytes(compressor.finish())
     if codec == Codec.ZSTD:
         return bytes(cramjam.zstd.compress(data))

@@ -11,7 +11,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from server.coordination import paths
 
-__all__ = ["LiveServer", "ServerRegistry"]
+__all__ = ["LiveServer", "ServerRegistry", "registration"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,12 @@ class LiveServer:
     server_id: str
     url: str
     since: float  # when it registered (ZooKeeper's ctime, seconds): the clock join_delay counts on
+    kafka: str = ""  # HOST:PORT of its Kafka listener ("" when off)
+
+
+def registration(url: str, kafka: str) -> bytes:
+    """A server's registration node: its URL and, when its Kafka listener is on, that address."""
+    return orjson.dumps({"url": url, **({"kafka": kafka} if kafka else {})})
 
 
 class ServerRegistry:
@@ -26,10 +32,10 @@ class ServerRegistry:
         self._zk = zk
         zk.ensure_path(paths.SERVERS)
 
-    def register(self, server_id: str, url: str) -> None:
+    def register(self, server_id: str, url: str, kafka: str = "") -> None:
         """Announce this server; refuses an id another live session holds."""
         try:
-            self._zk.create(f"{paths.SERVERS}/{server_id}", orjson.dumps({"url": url}), ephemeral=True)
+            self._zk.create(f"{paths.SERVERS}/{server_id}", registration(url, kafka), ephemeral=True)
         except NodeExistsError:
             raise RuntimeError(f"server id {server_id!r} is registered by another live server") from None
 
@@ -44,5 +50,6 @@ class ServerRegistry:
                 data, stat = self._zk.get(f"{paths.SERVERS}/{child}")
             except NoNodeError:
                 continue  # its session ended while we listed
-            out[child] = LiveServer(child, str(orjson.loads(data)["url"]), stat.ctime / 1000)
+            doc = orjson.loads(data)
+            out[child] = LiveServer(child, str(doc["url"]), stat.ctime / 1000, str(doc.get("kafka") or ""))
         return out

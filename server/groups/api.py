@@ -23,10 +23,12 @@ from server.http.bodies import body_schema, parse_body
 from server.http.fastpath import read_body
 from server.http.messages import INT64_MAX
 from server.http.reply import json_response
+from server.security.access import Principal
+from server.security.guard import Security
 from server.security.state import unknown_group
 from server.topics import MAX_PARTITIONS
 
-__all__ = ["router"]
+__all__ = ["Claim", "may_use_group", "router"]
 
 _MAX_BODY = 1024 * 1024
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
@@ -94,14 +96,20 @@ Claim = Literal["never", "tenant", "anyone"]
 
 
 async def _may_use(request: Request, group: str, claim: Claim) -> str | None:
-    """404 unless the caller may use the group, claiming an unclaimed one for it if ``claim`` says so
-    (``"tenant"``: a tenant's use claims, the admin's does not); the group's owner (None: no tenant)."""
     from server.security.api import principal  # the security API imports the broker, as this module does
 
     security = request.app.state.broker.security
     if not security.enabled:
         return None
-    who = principal(request)
+    return await may_use_group(security, principal(request), group, claim)
+
+
+async def may_use_group(security: Security, who: Principal, group: str, claim: Claim) -> str | None:
+    """404 unless ``who`` may use the group, claiming an unclaimed one for it if ``claim`` says so
+    (``"tenant"``: a tenant's use claims, the admin's does not); the group's owner (None: no tenant).
+    REST and the Kafka listener ask this one question."""
+    if not security.enabled:
+        return None
     state = security.state
     unclaimed = group not in state.group_owners
     if unclaimed and (claim == "anyone" or (claim == "tenant" and not who.admin)):

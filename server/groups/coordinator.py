@@ -240,11 +240,15 @@ class GroupCoordinator:
                 partitions=self._partitions(state.topics() | set(subscribed)),
                 claims=owned,
             )
-            if name not in self._registered:
-                await self._broker.io(self._catalog.register, name)
-                self._registered.add(name)
+            await self.register(name)
             log.info("group %s: %s joined (generation %d)", name, member_id, state.generation)
             return self._answer(state, member)
+
+    async def register(self, name: str) -> None:
+        """List the group (``GET /v1/groups``), once it is used."""
+        if name not in self._registered:
+            await self._broker.io(self._catalog.register, name)
+            self._registered.add(name)
 
     async def heartbeat(self, name: str, member_id: str, owned: list[TopicPartition]) -> dict[str, object]:
         async with self._group(name) as state:

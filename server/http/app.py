@@ -35,6 +35,7 @@ from server.http.fastpath import FastPath, authorize_message, read_body
 from server.http.messages import BATCH_CONTENT_TYPE, INT64_MAX
 from server.http.readiness import StorageCheck
 from server.http.reply import as_response, json_response
+from server.kafka.listener import KafkaListener
 from server.portal import pages as portal_pages
 from server.portal.headers import PortalHeaders
 from server.security import api as security_api
@@ -200,6 +201,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
         app.state.trace = tracing = TraceService(broker)
         tracing.start()
+        kafka = KafkaListener(broker, coordinator) if config.kafka_port else None
+        if kafka is not None:
+            await kafka.start()
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
         if config.gc_threshold > 0:
@@ -211,6 +215,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             yield
         finally:
+            if kafka is not None:
+                await kafka.close()
             maintenance.cancel()
             refreshing.cancel()
             if emitting is not None:

@@ -27,7 +27,7 @@ from server.config import ServerConfig
 from server.errors import ApiError
 from server.http.forwarding import HOPS_HEADER
 from server.http.reply import JSON, Reply, answer_of
-from server.partition.loaded import LoadedPartition, ProduceResult
+from server.partition.loaded import FetchResult, LoadedPartition, ProduceResult
 from server.partition.producer_ids import UNKNOWN
 from server.security.buckets import TokenBucket
 from server.security.guard import allowance, pay
@@ -60,6 +60,8 @@ __all__ = [
     "offsets",
     "partition_path",
     "produce",
+    "read_batches",
+    "store_batches",
 ]
 
 BATCH_CONTENT_TYPE = "application/vnd.talos.batch"
@@ -369,6 +371,58 @@ def batch_spans(body: bytes | bytearray) -> list[tuple[int, int, int]]:
     return spans
 
 
+async def store_batches(
+    broker: Broker,
+    loaded: LoadedPartition,
+    headers: Mapping[str, str],
+    batches: list[bytearray],
+    *,
+    records: int,
+    durable: bool,
+    appended: asyncio.Future[None] | None = None,
+) -> list[ProduceResult]:
+    """Store validated batches on this partition's owner, as the tenant named in ``headers``: its idempotent
+    producer ids checked, its quotas admitted and paid, metered, traced. One implementation for REST's binary
+    produce and the Kafka listener. With ``appended`` (the Kafka listener's pipelined requests, which must reach
+    the log in the order they were sent), each batch is appended before the next is handed over, and
+    ``appended`` is resolved once the last one is (or the request failed); else all are handed over at once."""
+    topic, partition = loaded.topic, loaded.index
+    size = sum(len(b) for b in batches)
+    if broker.security.enabled and TENANT_HEADER in headers:
+        producer_ids = {read_header(b, 0).producer_id for b in batches}
+        await _authorize_producers(broker, headers[TENANT_HEADER], producer_ids)
+    buckets = _admit(broker, headers, topic, "produce")
+    with _Metered(broker, headers, topic, partition) as usage:
+        usage.update(bytes_in=size, messages_in=records)
+        if buckets:
+            await pay(buckets, size)
+        # Validated before (batch_spans, the Kafka codec): the log need not check the CRC a second time.
+        if appended is not None:
+            answers = await _in_order(loaded, batches, durable, appended)
+        elif len(batches) == 1:
+            answers = [await loaded.produce(batches[0], durable=durable, verify=False)]
+        else:
+            answers = list(await asyncio.gather(*(loaded.produce(b, durable=durable, verify=False) for b in batches)))
+    _trace_produced(broker, topic, partition, batches, answers, headers, durable)
+    metrics.produced(topic, records, size)
+    return answers
+
+
+async def _in_order(
+    loaded: LoadedPartition, batches: list[bytearray], durable: bool, appended: asyncio.Future[None]
+) -> list[ProduceResult]:
+    stores: list[asyncio.Future[ProduceResult]] = []
+    try:
+        for batch in batches:
+            each: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            stores.append(asyncio.ensure_future(loaded.produce(batch, durable=durable, verify=False, appended=each)))
+            await asyncio.wait((each, stores[-1]), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not appended.done():
+            appended.set_result(None)
+    return list(await asyncio.gather(*stores))
+
+
 async def _produce_batches(
     broker: Broker,
     topic: str,
@@ -384,25 +438,13 @@ async def _produce_batches(
     durable = query.get("acks", "durable") != "accepted"
     _check_session(loaded, query)
     spans = batch_spans(body)
-    if broker.security.enabled and TENANT_HEADER in headers:
-        producer_ids = {read_header(body, pos).producer_id for pos, *_ in spans}
-        await _authorize_producers(broker, headers[TENANT_HEADER], producer_ids)
-    view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
+    if len(spans) == 1:  # the whole body is the batch: a bytearray (the hot path's) is stored as it is
+        batches = [body if isinstance(body, bytearray) else bytearray(body)]
+    else:
+        view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
+        batches = [bytearray(view[p : p + n]) for p, n, _ in spans]
     records = sum(count for *_, count in spans)
-    buckets = _admit(broker, headers, topic, "produce")
-    with _Metered(broker, headers, topic, partition) as usage:
-        usage.update(bytes_in=len(body), messages_in=records)
-        if buckets:
-            await pay(buckets, len(body))
-        # Validated above (batch_spans): the log need not check the CRC a second time.
-        if len(spans) == 1:  # the whole body is the batch: a bytearray (the hot path's) is stored as it is
-            batches = [body if isinstance(body, bytearray) else bytearray(body)]
-            answers = [await loaded.produce(batches[0], durable=durable, verify=False)]
-        else:
-            batches = [bytearray(view[p : p + n]) for p, n, _ in spans]
-            answers = await asyncio.gather(*(loaded.produce(b, durable=durable, verify=False) for b in batches))
-    _trace_produced(broker, topic, partition, batches, answers, headers, durable)
-    metrics.produced(topic, records, len(body))
+    answers = await store_batches(broker, loaded, headers, batches, records=records, durable=durable)
     results = [
         {
             "partition": partition,
@@ -583,6 +625,29 @@ def message_json(record: Record) -> dict[str, object]:
     return item
 
 
+async def read_batches(
+    broker: Broker, loaded: LoadedPartition, headers: Mapping[str, str], offset: int, max_bytes: int, wait_ms: int
+) -> FetchResult:
+    """Stored batches from ``offset`` on this partition's owner, as the tenant named in ``headers``: within
+    its fetch quota (paid), metered. One implementation for REST's fetch and the Kafka listener."""
+    topic, partition = loaded.topic, loaded.index
+    buckets = _admit(broker, headers, topic, "fetch")
+    if buckets:  # read no more than the quota has left
+        max_bytes = max(1, min(max_bytes, allowance(buckets)))
+    with _Metered(broker, headers, topic, partition) as usage:
+        result = await loaded.fetch(offset, max_bytes, wait_ms)
+        batches = result.batches
+        if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
+            batches = trim_to_allowance(batches, offset, allowance(buckets), decompression_limit(broker.config))
+        size = sum(len(b) for b in batches)
+        await pay(buckets, size)
+        usage.update(bytes_out=size, messages_out=messages_from(batches, offset))
+    metrics.fetched(topic, size)
+    if batches is not result.batches:
+        result = FetchResult(batches, result.high_watermark, result.start_offset)
+    return result
+
+
 async def fetch(
     broker: Broker, topic: str, partition: int, headers: Mapping[str, str], query: Mapping[str, str]
 ) -> Reply:
@@ -596,19 +661,9 @@ async def fetch(
     except NotOwnerError as exc:
         owner = exc.owner
         return await _forward(broker, owner, "GET", topic, partition, "messages", headers, query, None, wait_ms / 1000)
-    buckets = _admit(broker, headers, topic, "fetch")
-    if buckets:  # read no more than the quota has left
-        max_bytes = max(1, min(max_bytes, allowance(buckets)))
-    with _Metered(broker, headers, topic, partition) as usage:
-        result = await loaded.fetch(offset, max_bytes, wait_ms)
-        batches = result.batches
-        limit = decompression_limit(broker.config)
-        if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
-            batches = trim_to_allowance(batches, offset, allowance(buckets), limit)
-        size = sum(len(b) for b in batches)
-        await pay(buckets, size)
-        usage.update(bytes_out=size, messages_out=messages_from(batches, offset))
-    metrics.fetched(topic, size)
+    result = await read_batches(broker, loaded, headers, offset, max_bytes, wait_ms)
+    batches = result.batches
+    limit = decompression_limit(broker.config)
     if BATCH_CONTENT_TYPE in headers.get("accept", ""):
         if "group" in query and broker.trace_sample(topic):  # off: no walk over the batches' headers
             delivered_to = max((h.next_offset for h in _headers(batches)), default=0)

@@ -171,9 +171,27 @@ class LoadedPartition:
 
     # ---------------------------------------------------------------- produce
 
-    async def produce(self, batch: bytearray, *, durable: bool = True, verify: bool = True) -> ProduceResult:
+    async def produce(
+        self,
+        batch: bytearray,
+        *,
+        durable: bool = True,
+        verify: bool = True,
+        appended: asyncio.Future[None] | None = None,
+    ) -> ProduceResult:
         """Store one batch: offsets are assigned here, on the event loop (a header read, the producer check and
-        a copy into the log's pending buffer); only the flush of the whole group goes to an I/O thread."""
+        a copy into the log's pending buffer); only the flush of the whole group goes to an I/O thread.
+        ``appended`` is resolved once the batch has its place in the log (or is refused), before it is durable:
+        what a caller with requests that must stay in order waits for before handing over the next."""
+        try:
+            return await self._produce(batch, durable, verify, appended)
+        finally:
+            if appended is not None and not appended.done():
+                appended.set_result(None)
+
+    async def _produce(
+        self, batch: bytearray, durable: bool, verify: bool, appended: asyncio.Future[None] | None
+    ) -> ProduceResult:
         try:
             header = read_header(batch, whole=False)
         except BatchError as exc:
@@ -186,15 +204,19 @@ class LoadedPartition:
             self._verified.add(header.producer_id)
         if not self._group_commit:
             async with self._one_at_a_time:  # each request its own flush: appended only when its turn comes
-                return await self._store(header, batch, durable, verify)
-        return await self._store(header, batch, durable, verify)
+                return await self._store(header, batch, durable, verify, appended)
+        return await self._store(header, batch, durable, verify, appended)
 
-    async def _store(self, header: BatchHeader, batch: bytearray, durable: bool, verify: bool) -> ProduceResult:
+    async def _store(
+        self, header: BatchHeader, batch: bytearray, durable: bool, verify: bool, appended: asyncio.Future[None] | None
+    ) -> ProduceResult:
         if self.abandoned is not None:
             raise as_api_error(self.abandoned)
         try:
             verdict = self.producers.check(header)
             if isinstance(verdict, Duplicate):  # answered once durable, as the original was
+                if appended is not None:
+                    appended.set_result(None)
                 durable_offset = await self._group_flush(self._join())
                 base = verdict.base_offset
                 end = base + header.record_count if base >= 0 else -1
@@ -203,6 +225,8 @@ class LoadedPartition:
         except (BatchError, LogError) as exc:
             raise as_api_error(exc) from None
         self.producers.record(header, base)
+        if appended is not None:
+            appended.set_result(None)
         group = self._join()
         group.stored.append((base, end, batch))
         if not durable:
@@ -293,23 +317,8 @@ class LoadedPartition:
     # ---------------------------------------------------------------- fetch
 
     async def fetch(self, offset: int, max_bytes: int, wait_ms: int) -> FetchResult:
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            high = self.log.durable_offset
-            if offset < high or wait_ms <= 0:
-                break
-            if offset > high:
-                raise OffsetOutOfRangeError(offset, self.log.start_offset, high)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            event = self._data
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                break
-            if self.failed:
-                raise as_api_error(self.log.failed or LogError("failed"))
+        if wait_ms > 0:
+            await self.wait_for_data(offset, wait_ms)
         high, start = self.log.durable_offset, self.log.start_offset
         if offset < start or offset > high:
             raise OffsetOutOfRangeError(offset, start, high)
@@ -322,6 +331,26 @@ class LoadedPartition:
         metrics.read_from("storage")
         data = await self.on_read_pool(self.log.read, offset, max_bytes)
         return FetchResult([data] if data else [], high, start)
+
+    async def wait_for_data(self, offset: int, wait_ms: int) -> None:
+        """Return once a message at ``offset`` is durable, or after ``wait_ms`` (a long poll)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            high = self.log.durable_offset
+            if offset < high:
+                return
+            if offset > high:
+                raise OffsetOutOfRangeError(offset, self.log.start_offset, high)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            event = self._data
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return
+            if self.failed:
+                raise as_api_error(self.log.failed or LogError("failed"))
 
     async def on_read_pool(self, function: Callable[..., T], *args: object) -> T:
         """Run a read's blocking or CPU work (storage reads, decompressing a fetch's batches) on the read pool,

@@ -72,6 +72,12 @@ def _connection_limit_options(command: Callable[..., Any]) -> Callable[..., Any]
     help="With auth on, who sees /metrics by tenant and topic: the admin token (others get totals) or anyone "
     "[default: admin; env TALOS_METRICS_LABELS].",
 )
+@click.option(
+    "--kafka-port",
+    type=int,
+    default=None,
+    help="Serve the Kafka protocol on this port too [default: off; env TALOS_KAFKA_PORT; docs/kafka.md].",
+)
 @_connection_limit_options
 def standalone(
     host: str | None,
@@ -83,6 +89,7 @@ def standalone(
     log_format: str,
     auth: str | None,
     metrics_labels: str | None,
+    kafka_port: int | None,
     **limits: float | None,
 ) -> None:
     """Run one Talos node: local storage, no ZooKeeper, no Java.
@@ -100,6 +107,7 @@ def standalone(
         ("--group-commit", group_commit),
         ("--auth", auth),
         ("--metrics-labels", metrics_labels),
+        ("--kafka-port", kafka_port),
         *((flag, limits[flag[2:].replace("-", "_")]) for flag, _, _ in _CONNECTION_LIMITS),
     ):
         if value is not None:
@@ -131,6 +139,13 @@ def cluster() -> None:
 @click.option("--reassign-delay", type=float, default=30.0, show_default=True, help="Seconds.")
 @click.option("--join-delay", type=float, default=1.0, show_default=True, help="Seconds.")
 @click.option("--storage", type=click.Choice(["hdfs", "file"]), default="hdfs", show_default=True)
+@click.option(
+    "--kafka-base-port",
+    type=click.IntRange(0, 65535 - 16),
+    default=9092,
+    show_default=True,
+    help="Kafka listeners on consecutive ports from here (0: free ports).",
+)
 def cluster_up(
     servers: int,
     base_port: int,
@@ -139,10 +154,12 @@ def cluster_up(
     reassign_delay: float,
     join_delay: float,
     storage: str,
+    kafka_base_port: int,
 ) -> None:
     """Start ZooKeeper, HDFS and N servers; return once all are ready, leaving them running.
 
-    Prints one `server <id> <url> pid=<pid>` line per server, then the ZooKeeper and HDFS addresses.
+    Prints one `server <id> <url> pid=<pid>` line per server, one `kafka <id> <host:port>` line per server's
+    Kafka listener, then the ZooKeeper and HDFS addresses.
     Running it again while the cluster is up prints the same lines and starts nothing.
     """
     from talos.devservices import ClusterSettings, LocalCluster, ServiceError, recorded_alive, recorded_cluster
@@ -154,6 +171,9 @@ def cluster_up(
             assert isinstance(servers_info, list)
             for info in servers_info:
                 click.echo(f"server {info['id']} {info['url']} pid={info['pid']}")
+            for info in servers_info:
+                if info.get("kafka"):
+                    click.echo(f"kafka {info['id']} {info['kafka']}")
             zk_info, hdfs_info = state.get("zookeeper"), state.get("hdfs")
             if isinstance(zk_info, dict):
                 click.echo(f"zookeeper {zk_info['address']}")
@@ -169,7 +189,14 @@ def cluster_up(
     settings = ClusterSettings(
         zk_session_timeout_s=zk_session_timeout, join_delay_s=join_delay, reassign_delay_s=reassign_delay
     )
-    local = LocalCluster(base_dir, servers=servers, base_port=base_port, settings=settings, storage=storage)
+    local = LocalCluster(
+        base_dir,
+        servers=servers,
+        base_port=base_port,
+        settings=settings,
+        storage=storage,
+        kafka_base_port=kafka_base_port,
+    )
     try:
         local.start(progress=True)
     except ServiceError as exc:

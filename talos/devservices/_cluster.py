@@ -80,8 +80,10 @@ class ClusterServer:
         settings: ClusterSettings,
         host: str = "127.0.0.1",
         netns: str | None = None,
+        kafka_port: int | None = None,
     ) -> None:
         self.server_id = server_id
+        self.kafka_port = kafka_port  # its Kafka listener (None: off)
         self.host = host
         self.netns = netns
         self.port = port
@@ -130,9 +132,19 @@ class ClusterServer:
                 "--log-format",
                 "text",
                 *listen,
+                *self._kafka_args(),
                 *s.extra_args,
             ],
         )
+
+    @property
+    def kafka_address(self) -> str | None:
+        return None if self.kafka_port is None else f"{self.host}:{self.kafka_port}"
+
+    def _kafka_args(self) -> list[str]:
+        if self.kafka_port is None:
+            return []
+        return ["--kafka-port", str(self.kafka_port), "--kafka-advertised", f"{self.host}:{self.kafka_port}"]
 
     def start(self, timeout: float = 60.0, *, wait: bool = True) -> ClusterServer:
         self.process = ManagedProcess(
@@ -188,6 +200,7 @@ class LocalCluster:
         base_port: int | None = None,
         settings: ClusterSettings | None = None,
         storage: str = "hdfs",  # or "file": a directory under base_dir, shared by the servers
+        kafka_base_port: int | None = None,  # Kafka listeners on consecutive ports from here (0: free ones; None: off)
     ) -> None:
         base_dir = base_dir.resolve()  # `cluster down` recognises its processes by these paths
         self.base_dir = base_dir
@@ -197,6 +210,12 @@ class LocalCluster:
         self.settings = settings
         base_port = base_port or free_port_range(servers)
         ports = [base_port + i for i in range(servers)]
+        kafka_ports: list[int | None] = [None] * servers
+        if kafka_base_port is not None:
+            while not kafka_base_port or set(range(kafka_base_port, kafka_base_port + servers)) & set(ports):
+                kafka_base_port = free_port_range(servers)
+            kafka_ports = [kafka_base_port + i for i in range(servers)]
+            ports += [p for p in kafka_ports if p is not None]
         # ZooKeeper and HDFS take free ports of their own: none may be one the servers are about to use.
         while True:
             self.zookeeper = ZooKeeperServer(base_dir / "zookeeper")
@@ -208,8 +227,16 @@ class LocalCluster:
             if not taken & set(ports) and len(taken) == (5 if self.hdfs is not None else 1):
                 break
         self.servers = [
-            ClusterServer(f"s{i + 1}", port, zk="", storage="", log_dir=base_dir / "logs", settings=self.settings)
-            for i, port in enumerate(ports)
+            ClusterServer(
+                f"s{i + 1}",
+                port,
+                zk="",
+                storage="",
+                log_dir=base_dir / "logs",
+                settings=self.settings,
+                kafka_port=kafka_ports[i],
+            )
+            for i, port in enumerate(ports[:servers])
         ]
 
     @property
@@ -268,7 +295,14 @@ class LocalCluster:
             },
             "storage": self.storage,
             "servers": [
-                {"id": s.server_id, "url": s.url, "pid": _pid(s.process), "log": str(s.log_dir)} for s in self.servers
+                {
+                    "id": s.server_id,
+                    "url": s.url,
+                    "pid": _pid(s.process),
+                    "log": str(s.log_dir),
+                    "kafka": s.kafka_address,
+                }
+                for s in self.servers
             ],
             "settings": {
                 "zk_session_timeout_s": self.settings.zk_session_timeout_s,
@@ -295,6 +329,7 @@ class LocalCluster:
 
     def describe(self) -> list[str]:
         lines = [f"server {s.server_id} {s.url} pid={s.pid}" for s in self.servers]
+        lines += [f"kafka {s.server_id} {s.kafka_address}" for s in self.servers if s.kafka_address]
         lines.append(f"zookeeper {self.zookeeper.address}")
         if self.hdfs is not None:
             lines.append(f"hdfs {self.hdfs.url} webhdfs={self.hdfs.webhdfs_url}")

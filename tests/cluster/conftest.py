@@ -103,10 +103,25 @@ class Cluster:
     settings: ClusterSettings
     servers: dict[str, ClusterServer] = field(default_factory=dict)
 
-    def add(self, server_id: str, *, port: int | None = None, wait: bool = True, **overrides: object) -> ClusterServer:
+    def add(
+        self,
+        server_id: str,
+        *,
+        port: int | None = None,
+        wait: bool = True,
+        kafka_port: int | None = None,
+        **overrides: object,
+    ) -> ClusterServer:
+        """Start server ``server_id``; with ``kafka_port``, with a Kafka listener there (advertised as such)."""
         settings = dataclasses.replace(self.settings, **overrides)  # type: ignore[arg-type]
         server = ClusterServer(
-            server_id, port or free_port(), zk=self.zk, storage=self.storage, log_dir=self.log_dir, settings=settings
+            server_id,
+            port or free_port(),
+            zk=self.zk,
+            storage=self.storage,
+            log_dir=self.log_dir,
+            settings=settings,
+            kafka_port=kafka_port,
         )
         self.servers[server_id] = server
         server.start(wait=wait)
@@ -156,14 +171,27 @@ class Cluster:
 
 
 def start_cluster(
-    zookeeper: ZooKeeperServer, hdfs: HdfsCluster, log_dir: Path, settings: ClusterSettings, count: int = 3
+    zookeeper: ZooKeeperServer,
+    hdfs: HdfsCluster,
+    log_dir: Path,
+    settings: ClusterSettings,
+    count: int = 3,
+    *,
+    kafka: bool = False,
 ) -> Cluster:
+    """``count`` servers, ready and in the ring; with ``kafka``, each with a Kafka listener of its own."""
     name = f"c{os.getpid()}-{next(_counter)}"
     cluster = Cluster(f"{zookeeper.address}/{name}", f"{hdfs.url}/clusters/{name}", log_dir, settings)
     try:
         base_port = free_port_range(count)  # not free_port() per server: one not yet bound could come twice
+        kafka_ports: list[int | None] = [None] * count
+        if kafka:
+            kafka_base = free_port_range(count)
+            while set(range(kafka_base, kafka_base + count)) & set(range(base_port, base_port + count)):
+                kafka_base = free_port_range(count)
+            kafka_ports = [kafka_base + index for index in range(count)]
         for index in range(count):
-            cluster.add(f"s{index + 1}", port=base_port + index, wait=False)
+            cluster.add(f"s{index + 1}", port=base_port + index, wait=False, kafka_port=kafka_ports[index])
         for server in cluster.servers.values():
             server.wait_ready()
         cluster.wait_members(set(cluster.servers))

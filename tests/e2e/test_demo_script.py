@@ -42,11 +42,11 @@ def demo_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_demo(demo_dir: Path, port: int) -> subprocess.CompletedProcess[str]:
-    """``TALOS_DEMO_EXIT=1 TALOS_PORT=port scripts/demo``; on a timeout its whole process group (the script and
-    the server it started) is stopped by the group's id before the test fails."""
+def run_demo(demo_dir: Path, port: int, kafka_port: int | None = None) -> subprocess.CompletedProcess[str]:
+    """``TALOS_DEMO_EXIT=1 TALOS_PORT=port TALOS_KAFKA_PORT=kafka_port scripts/demo``; on a timeout its whole
+    process group (the script and the server it started) is stopped by the group's id before the test fails."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("TALOS_")}
-    env |= {"TALOS_DEMO_EXIT": "1", "TALOS_PORT": str(port)}
+    env |= {"TALOS_DEMO_EXIT": "1", "TALOS_PORT": str(port), "TALOS_KAFKA_PORT": str(kafka_port or free_port())}
     argv = [str(demo_dir / "scripts" / "demo")]
     process = subprocess.Popen(
         argv, cwd=demo_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -66,8 +66,8 @@ def listening(port: int) -> bool:
 
 
 def test_a_successful_demo_exits_0_and_stops_its_server(demo_dir: Path) -> None:
-    port = free_port()
-    done = run_demo(demo_dir, port)
+    port, kafka_port = free_port(), free_port()
+    done = run_demo(demo_dir, port, kafka_port)
     assert done.returncode == 0, f"status {done.returncode}\n{done.stdout}\n{done.stderr}"
     out = done.stdout
     assert "Python packages in .venv are current" in out  # the second install is the quick one
@@ -82,6 +82,9 @@ def test_a_successful_demo_exits_0_and_stops_its_server(demo_dir: Path) -> None:
     assert "POST /v1/topics/quickstart/messages ->" in out
     assert "order via REST" in out  # consumed by the group 'billing'
     assert "group billing" in out
+    assert f"Kafka clients connect unchanged to 127.0.0.1:{kafka_port}" in out
+    through_kafka = [line for line in out.splitlines() if line.startswith("kafka quickstart/")]
+    assert len(through_kafka) == 13, out  # kcat (installed by scripts/install --dev) read all 13 orders
     assert "done (TALOS_DEMO_EXIT=1): stopping the server" in out
     assert (demo_dir / "talos-data").is_dir()
     assert not listening(port)

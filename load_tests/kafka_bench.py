@@ -1,0 +1,239 @@
+"""The Kafka listener against the Talos SDK over REST, in one run against ``talos standalone`` (local disk).
+
+    .venv/bin/python load_tests/kafka_bench.py [--messages 100000] [--latency-messages 1000] [--profile] [--json]
+
+1. Produce throughput: MESSAGES messages of 1 KiB, durable (Kafka ``acks=all``; REST ``acks=durable``), by one
+   confluent-kafka (librdkafka) producer to the Kafka listener and by one Talos SDK ``Producer``, each with its
+   default batching, to a 4-partition topic: messages per second until everything is acknowledged.
+2. Consume throughput: the same messages read back from the start by a confluent-kafka consumer and by a Talos
+   ``Consumer``.
+3. Single-message produce latency: one message at a time, each waited for (confluent ``produce`` + ``flush``;
+   SDK ``send().result()`` with ``linger_ms=0``): p50, p99.
+4. The server's CPU per request: its process CPU time (``/proc/<pid>/stat``) over each phase, divided by the
+   requests it answered (``talos_kafka_requests`` for Kafka; the SDK's HTTP requests are its batches). With
+   ``--profile``, py-spy samples the server during the Kafka produce and consume phases and the report lists
+   where the listener's time goes (the heaviest functions of ``server/kafka``, by own samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka import TopicPartition
+
+from talos import Admin, Consumer, Producer
+from talos.devservices import StandaloneServer, free_port
+
+PARTITIONS = 4
+VALUE = b"x" * 1024
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _kafka_requests(url: str, api: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("talos_kafka_requests_total{") and f'api="{api}"' in line
+    )
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 3),
+    }
+
+
+class Phase:
+    """Times a phase and the server's CPU over it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> Phase:
+        self.started, self.cpu = time.perf_counter(), _cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+        self.cpu = _cpu_seconds(self.pid) - self.cpu
+
+
+def _profiled(pid: int, enabled: bool, out: Path) -> subprocess.Popen[bytes] | None:
+    if not enabled:
+        return None
+    py_spy = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen(
+        [str(py_spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "500", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _stop_profile(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None:
+        process.send_signal(2)  # py-spy writes its output on SIGINT
+        process.wait(timeout=60)
+
+
+def _listener_share(raw: Path) -> dict[str, Any]:
+    """Own samples per function of ``server/kafka`` and of everything, from py-spy's collapsed stacks."""
+    own: Counter[str] = Counter()
+    total = kafka = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        samples = int(count)
+        total += samples
+        if any("server/kafka/" in f for f in frames):
+            kafka += samples
+        own[frames[-1]] += samples
+    top = [(f, n) for f, n in own.most_common(40) if "kafka" in f][:8]
+    return {"samples": total, "in_server_kafka_stacks": round(kafka / max(1, total), 3), "top_kafka_frames": top}
+
+
+def kafka_produce(bootstrap: str, topic: str, messages: int) -> None:
+    producer = KafkaProducer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True}
+    )
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, VALUE, key=str(i % 64).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+
+
+def rest_produce(url: str, topic: str, messages: int) -> None:
+    with Producer(url) as producer:
+        for i in range(messages):
+            producer.send(topic, VALUE, key=str(i % 64).encode())
+        producer.flush()
+
+
+def kafka_consume(bootstrap: str, topic: str, messages: int) -> None:
+    consumer = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen = 0
+    try:
+        while seen < messages:
+            for message in consumer.consume(1000, 1.0):
+                if message.error() is None:
+                    seen += 1
+    finally:
+        consumer.close()
+
+
+def rest_consume(url: str, topic: str, messages: int) -> None:
+    seen = 0
+    with Consumer(url, topics=[topic], start="earliest", wait_ms=500) as consumer:
+        while seen < messages:
+            seen += len(consumer.poll(1.0))
+
+
+def kafka_latency(bootstrap: str, topic: str, count: int) -> list[float]:
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        producer.produce(topic, VALUE, partition=0)
+        producer.flush(30)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def rest_latency(url: str, topic: str, count: int) -> list[float]:
+    samples = []
+    with Producer(url, linger_ms=0) as producer:
+        for _ in range(count):
+            started = time.perf_counter()
+            producer.send(topic, VALUE, partition=0).result()
+            samples.append(time.perf_counter() - started)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--latency-messages", type=int, default=1000)
+    parser.add_argument("--profile", action="store_true", help="sample the server with py-spy (Kafka phases)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    report: dict[str, Any] = {"messages": args.messages, "value_bytes": len(VALUE)}
+    with tempfile.TemporaryDirectory(prefix="talos-kafka-bench-") as tmp:
+        kafka_port = free_port()
+        server = StandaloneServer(
+            Path(tmp) / "data",
+            args=("--log-format", "text"),
+            env={"TALOS_LOG_LEVEL": "warning", "TALOS_KAFKA_PORT": str(kafka_port), "TALOS_METERING_INTERVAL_S": "0"},
+        )
+        server.start()
+        try:
+            assert server.process is not None
+            pid, url, bootstrap = server.process.pid, server.url, f"127.0.0.1:{kafka_port}"
+            with Admin(url) as admin:
+                for name in ("via-kafka", "via-rest", "latency-kafka", "latency-rest"):
+                    admin.create_topic(name, partitions=PARTITIONS)
+            runs: list[tuple[str, Callable[[], None], str | None]] = [
+                ("produce_kafka", lambda: kafka_produce(bootstrap, "via-kafka", args.messages), "Produce"),
+                ("produce_rest", lambda: rest_produce(url, "via-rest", args.messages), None),
+                ("consume_kafka", lambda: kafka_consume(bootstrap, "via-kafka", args.messages), "Fetch"),
+                ("consume_rest", lambda: rest_consume(url, "via-rest", args.messages), None),
+            ]
+            for name, run, api in runs:
+                before = _kafka_requests(url, api) if api else 0.0
+                profile = _profiled(pid, args.profile and api is not None, Path(tmp) / f"{name}.txt")
+                with Phase(pid) as phase:
+                    run()
+                _stop_profile(profile)
+                entry: dict[str, Any] = {
+                    "msgs_per_s": round(args.messages / phase.seconds),
+                    "server_cpu_s": round(phase.cpu, 2),
+                    "server_cpu_us_per_msg": round(phase.cpu / args.messages * 1e6, 1),
+                }
+                if api:
+                    requests = _kafka_requests(url, api) - before
+                    entry.update(requests=int(requests), server_cpu_us_per_request=round(phase.cpu / requests * 1e6))
+                if profile is not None:
+                    entry["profile"] = _listener_share(Path(tmp) / f"{name}.txt")
+                report[name] = entry
+            for side in ("produce", "consume"):
+                report[f"{side}_kafka_over_rest"] = round(
+                    report[f"{side}_kafka"]["msgs_per_s"] / report[f"{side}_rest"]["msgs_per_s"], 2
+                )
+            report["latency_kafka"] = _percentiles(kafka_latency(bootstrap, "latency-kafka", args.latency_messages))
+            report["latency_rest"] = _percentiles(rest_latency(url, "latency-rest", args.latency_messages))
+        finally:
+            server.stop()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()

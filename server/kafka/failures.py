@@ -1,0 +1,68 @@
+"""What a Talos failure is called in Kafka's error codes. Pure.
+
+The REST code raises :class:`ApiError` with an HTTP status and a stable code; a Kafka client needs one of
+Kafka's codes, and its retry behaviour depends on which: ``NOT_LEADER_OR_FOLLOWER`` makes it refresh
+metadata and resend (the partition moved: REST's 421/503 ``NOT_OWNER``), ``OUT_OF_ORDER_SEQUENCE_NUMBER``
+and ``INVALID_PRODUCER_EPOCH`` are an idempotent producer's, and quota waits that ran out
+(429) are a retriable timeout, never a loss.
+"""
+
+from __future__ import annotations
+
+from fencing import OffsetOutOfRangeError
+from server.errors import ApiError
+from server.kafka.protocol.errors import ErrorCode
+
+__all__ = ["error_code"]
+
+_BY_CODE: dict[str, ErrorCode] = {
+    "UNKNOWN_TOPIC": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    "UNKNOWN_PARTITION": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    "OFFSET_OUT_OF_RANGE": ErrorCode.OFFSET_OUT_OF_RANGE,
+    "OUT_OF_ORDER_SEQUENCE": ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    "PRODUCER_FENCED": ErrorCode.INVALID_PRODUCER_EPOCH,
+    "UNKNOWN_PRODUCER": ErrorCode.UNKNOWN_PRODUCER_ID,
+    "MESSAGE_TOO_LARGE": ErrorCode.MESSAGE_TOO_LARGE,
+    "CORRUPT_BATCH": ErrorCode.CORRUPT_MESSAGE,
+    "NOT_OWNER": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "MISDIRECTED_REQUEST": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "OWNER_UNAVAILABLE": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "OWNER_UNREACHABLE": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "PARTITION_UNAVAILABLE": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "NO_SERVERS": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "TOO_MANY_HOPS": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    "STORAGE_ERROR": ErrorCode.KAFKA_STORAGE_ERROR,
+    "TOPIC_EXISTS": ErrorCode.TOPIC_ALREADY_EXISTS,
+    "INVALID_TOPIC_NAME": ErrorCode.INVALID_TOPIC_EXCEPTION,
+    "PARTITION_QUOTA_EXCEEDED": ErrorCode.POLICY_VIOLATION,
+    "INVALID_GROUP_NAME": ErrorCode.INVALID_GROUP_ID,
+    "UNKNOWN_GROUP": ErrorCode.GROUP_ID_NOT_FOUND,
+}
+
+
+def error_code(error: Exception, *, denied: ErrorCode = ErrorCode.TOPIC_AUTHORIZATION_FAILED) -> ErrorCode:
+    """The Kafka code of ``error`` (``denied``: what a 403 is about, a topic or a group)."""
+    if isinstance(error, OffsetOutOfRangeError):
+        return ErrorCode.OFFSET_OUT_OF_RANGE
+    if not isinstance(error, ApiError):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    known = _BY_CODE.get(error.code)
+    if known is not None:
+        return known
+    if error.status in (401, 403):
+        return denied
+    if error.status == 404:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if error.status == 413:
+        return ErrorCode.MESSAGE_TOO_LARGE
+    if error.status == 429:  # a quota's wait ran out: retriable; admin calls say what it was
+        return (
+            ErrorCode.REQUEST_TIMED_OUT
+            if denied is not ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            else (ErrorCode.THROTTLING_QUOTA_EXCEEDED)
+        )
+    if error.status == 400:
+        return ErrorCode.INVALID_REQUEST
+    if error.retriable:
+        return ErrorCode.REQUEST_TIMED_OUT
+    return ErrorCode.UNKNOWN_SERVER_ERROR

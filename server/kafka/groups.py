@@ -1,0 +1,324 @@
+"""The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+DescribeGroups and ListGroups, on Talos consumer groups.
+
+A Kafka group is a Talos group: one name space, one coordinator (the ring owner of ``__group:<name>``),
+one owner tenant (claimed by its first use, as on REST, and checked the same way), one offsets store
+(``__consumer_offsets``, under the group's shared offsets). Kafka members are assigned by their leader
+(``server.kafka.group_state``) rather than by the coordinator, so a group is used by Kafka members or by
+Talos members at a time: a Kafka commit while Talos members hold the group is refused.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from server.errors import ApiError
+from server.groups.api import may_use_group
+from server.groups.coordinator import validate_group_name
+from server.http.fastpath import authorize_message
+from server.kafka.context import Context
+from server.kafka.failures import error_code
+from server.kafka.group_state import KafkaGroup
+from server.kafka.nodes import node_of
+from server.kafka.protocol.errors import ErrorCode
+
+__all__ = [
+    "describe_groups",
+    "find_coordinator",
+    "heartbeat",
+    "join_group",
+    "leave_group",
+    "list_groups",
+    "offset_commit",
+    "offset_fetch",
+    "sync_group",
+]
+
+_GROUP_KEY = 0
+
+
+def _locate(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
+    answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
+    if key_type != _GROUP_KEY:
+        answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported")
+        return answer
+    try:
+        validate_group_name(key)
+        node = node_of(ctx.broker, ctx.coordinator.owner(key))
+    except ApiError as exc:
+        answer.update(
+            error_code=error_code(exc, denied=ErrorCode.GROUP_AUTHORIZATION_FAILED), error_message=exc.message
+        )
+        return answer
+    if node is None:
+        answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator is not registered")
+    else:
+        answer.update(node_id=node.node_id, host=node.host, port=node.port)
+    return answer
+
+
+async def find_coordinator(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    key_type = body.get("key_type", _GROUP_KEY)
+    if ctx.header.api_version >= 4:
+        keys = body.get("coordinator_keys") or []
+        return {"throttle_time_ms": 0, "coordinators": [_locate(ctx, key, key_type) for key in keys]}
+    answer = _locate(ctx, body.get("key", ""), key_type)
+    answer.pop("key")
+    return {"throttle_time_ms": 0, **answer}
+
+
+async def _group(ctx: Context, name: str, *, claim: bool = True) -> KafkaGroup | ErrorCode:
+    """The group here, once the caller may use it; else the error to answer."""
+    try:
+        validate_group_name(name)
+    except ApiError:
+        return ErrorCode.INVALID_GROUP_ID
+    if not ctx.coordinator.owner(name).local:
+        return ErrorCode.NOT_COORDINATOR
+    try:
+        await may_use_group(ctx.broker.security, ctx.session.principal, name, "tenant" if claim else "never")
+    except ApiError:
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return ctx.memberships.group(name)
+
+
+async def join_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    group = await _group(ctx, body["group_id"])
+    failed = {
+        "throttle_time_ms": 0,
+        "generation_id": -1,
+        "protocol_name": "",
+        "leader": "",
+        "member_id": body.get("member_id", ""),
+        "members": [],
+    }
+    if isinstance(group, ErrorCode):
+        return {**failed, "error_code": group}
+    config = ctx.broker.config
+    session_ms = body["session_timeout_ms"]
+    if not config.group_min_session_s * 1000 <= session_ms <= config.group_max_session_s * 1000:
+        return {**failed, "error_code": ErrorCode.INVALID_SESSION_TIMEOUT}
+    rebalance_ms = body.get("rebalance_timeout_ms", -1)
+    if rebalance_ms <= 0:
+        rebalance_ms = session_ms
+    future = group.join(
+        time.monotonic(),
+        member_id=body.get("member_id") or "",
+        instance_id=body.get("group_instance_id"),
+        client_id=ctx.header.client_id or "",
+        client_host=ctx.session.peer,
+        session_s=session_ms / 1000,
+        rebalance_s=min(rebalance_ms, config.group_max_session_s * 1000) / 1000,
+        protocol_type=body.get("protocol_type") or "",
+        protocols=[(p["name"], bytes(p["metadata"] or b"")) for p in body.get("protocols") or []],
+    )
+    await ctx.coordinator.register(group.name)
+    result = await future
+    return {
+        "throttle_time_ms": 0,
+        "error_code": result.error,
+        "generation_id": result.generation,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol or "",
+        "leader": result.leader,
+        "member_id": result.member_id,
+        "members": [{"member_id": m, "group_instance_id": i, "metadata": d} for m, i, d in result.members],
+    }
+
+
+async def sync_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    group = await _group(ctx, body["group_id"], claim=False)
+    if isinstance(group, ErrorCode):
+        return {"throttle_time_ms": 0, "error_code": group, "assignment": b""}
+    assignments = {a["member_id"]: bytes(a["assignment"] or b"") for a in body.get("assignments") or []}
+    code, assignment = await group.sync(time.monotonic(), body["member_id"], body["generation_id"], assignments)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "protocol_type": group.protocol_type,
+        "protocol_name": group.protocol,
+        "assignment": assignment,
+    }
+
+
+async def heartbeat(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    group = await _group(ctx, body["group_id"], claim=False)
+    if isinstance(group, ErrorCode):
+        return {"throttle_time_ms": 0, "error_code": group}
+    return {
+        "throttle_time_ms": 0,
+        "error_code": group.heartbeat(time.monotonic(), body["member_id"], body["generation_id"]),
+    }
+
+
+async def leave_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    group = await _group(ctx, body["group_id"], claim=False)
+    members = body.get("members") or [{"member_id": body.get("member_id", ""), "group_instance_id": None}]
+    if isinstance(group, ErrorCode):
+        return {"throttle_time_ms": 0, "error_code": group, "members": []}
+    now = time.monotonic()
+    answers = [{**m, "error_code": group.leave(now, m["member_id"])} for m in members]
+    top = answers[0]["error_code"] if ctx.header.api_version < 3 else ErrorCode.NONE
+    return {"throttle_time_ms": 0, "error_code": top, "members": answers}
+
+
+async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    topics = body.get("topics") or []
+
+    def everywhere(code: int) -> dict[str, Any]:
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p["partition_index"], "error_code": code} for p in t["partitions"]
+                    ],
+                }
+                for t in topics
+            ],
+        }
+
+    group = await _group(ctx, body["group_id"])
+    if isinstance(group, ErrorCode):
+        return everywhere(group)
+    check = group.check_commit(time.monotonic(), body.get("member_id") or "", body["generation_id_or_member_epoch"])
+    if check:
+        return everywhere(check)
+    answers: dict[str, list[dict[str, Any]]] = {}
+    items: list[tuple[tuple[str, int], int, int | None]] = []
+    for topic in topics:
+        try:
+            authorize_message(ctx.broker, ctx.session.principal, topic["name"], "fetch")
+            code = ErrorCode.NONE
+        except ApiError as exc:
+            code = error_code(exc)
+        for part in topic["partitions"]:
+            answers.setdefault(topic["name"], []).append(
+                {"partition_index": part["partition_index"], "error_code": code}
+            )
+            if code == ErrorCode.NONE:
+                items.append(((topic["name"], part["partition_index"]), part["committed_offset"], None))
+    if items:
+        try:
+            await ctx.coordinator.register(group.name)
+            await ctx.coordinator.commit(group.name, None, items)
+        except ApiError as exc:
+            code = ErrorCode.REBALANCE_IN_PROGRESS if exc.code == "GROUP_ACTIVE" else error_code(exc)
+            for parts in answers.values():
+                for part in parts:
+                    if part["error_code"] == ErrorCode.NONE:
+                        part["error_code"] = code
+    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": p} for n, p in answers.items()]}
+
+
+async def offset_fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name = body["group_id"]
+    requested = body.get("topics")
+    group = await _group(ctx, name, claim=False)
+    if isinstance(group, ErrorCode):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": group,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": i, "committed_offset": -1, "error_code": group}
+                        for i in t["partition_indexes"]
+                    ],
+                }
+                for t in requested or []
+            ],
+        }
+    try:
+        rows: Any = (await ctx.coordinator.offsets(name, None))["offsets"]
+    except ApiError as exc:
+        if exc.code != "UNKNOWN_GROUP":
+            return {"throttle_time_ms": 0, "error_code": error_code(exc), "topics": []}
+        rows = []
+    committed = {(r["topic"], r["partition"]): r["offset"] for r in rows if not r.get("instance")}
+    if requested is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, index in sorted(committed):
+            wanted.setdefault(topic, []).append(index)
+    else:
+        wanted = {t["name"]: list(t["partition_indexes"]) for t in requested}
+    topics = []
+    for topic, indexes in wanted.items():
+        parts = [
+            {
+                "partition_index": i,
+                "committed_offset": committed.get((topic, i), -1),
+                "committed_leader_epoch": -1,
+                "metadata": "",
+                "error_code": 0,
+            }
+            for i in indexes
+        ]
+        topics.append({"name": topic, "partitions": parts})
+    return {"throttle_time_ms": 0, "error_code": 0, "topics": topics}
+
+
+async def describe_groups(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    answers = []
+    for name in body.get("groups") or []:
+        group = await _group(ctx, name, claim=False)
+        if isinstance(group, ErrorCode):
+            answers.append(
+                {
+                    "error_code": group,
+                    "group_id": name,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                }
+            )
+            continue
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata(group.protocol or ""),
+                "member_assignment": m.assignment,
+            }
+            for m in group.members.values()
+        ]
+        answers.append(
+            {
+                "error_code": 0,
+                "group_id": name,
+                "group_state": group.state if group.members else "Empty",
+                "protocol_type": group.protocol_type or "",
+                "protocol_data": group.protocol or "",
+                "members": members,
+            }
+        )
+    return {"throttle_time_ms": 0, "groups": answers}
+
+
+async def list_groups(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    """The groups this server coordinates (Kafka asks every broker), that the caller may use."""
+    security = ctx.broker.security
+    names = set(await ctx.coordinator.list()) | set(ctx.memberships.groups)
+    answers = []
+    for name in sorted(names):
+        try:
+            if not ctx.coordinator.owner(name).local:
+                continue
+        except ApiError:
+            continue
+        if security.enabled and not security.state.may_use_group(ctx.session.principal.tenant, name):
+            continue
+        group = ctx.memberships.groups.get(name)
+        state = group.state if group is not None and group.members else "Empty"
+        protocol_type = (group.protocol_type if group is not None else None) or "consumer"
+        answers.append({"group_id": name, "protocol_type": protocol_type, "group_state": state})
+    filters = body.get("states_filter") or []
+    if filters:
+        answers = [a for a in answers if a["group_state"] in filters]
+    return {"throttle_time_ms": 0, "error_code": 0, "groups": answers}

@@ -1,0 +1,255 @@
+"""The Kafka listener: an asyncio TCP server speaking Kafka's protocol beside the HTTP one.
+
+Each connection reads size-prefixed requests and answers them in the order they came, as Kafka requires,
+while working on several at once: a client pipelines requests (librdkafka keeps up to five produces in
+flight per connection), and each request runs as its own task; a writer sends the answers in order.
+Produce requests to one partition also reach the log in order (``Session.claim_appends``), or an
+idempotent producer's sequences would arrive out of order.
+
+With auth on, a connection must authenticate (SASL) before anything but ApiVersions and the SASL exchange;
+a failed authentication or a malformed request closes it, as a Kafka broker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from server import metrics
+from server.broker import Broker
+from server.groups.coordinator import GroupCoordinator
+from server.kafka import fetch, groups, produce, topics
+from server.kafka.context import Context
+from server.kafka.group_state import Memberships
+from server.kafka.protocol import (
+    API_NAMES,
+    ProtocolError,
+    RequestHeader,
+    UnsupportedVersion,
+    api_versions_fallback,
+    read_request,
+    write_response,
+)
+from server.kafka.protocol.errors import ErrorCode
+from server.kafka.session import MECHANISMS, Session, bearer_token
+
+__all__ = ["KafkaListener"]
+
+log = logging.getLogger("talos.kafka")
+
+Handler = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any] | None]]
+_PRODUCE, _SASL_HANDSHAKE, _API_VERSIONS, _SASL_AUTHENTICATE = 0, 17, 18, 36
+_HANDLERS: dict[int, Handler] = {
+    1: fetch.fetch,
+    2: fetch.list_offsets,
+    3: topics.metadata,
+    8: groups.offset_commit,
+    9: groups.offset_fetch,
+    10: groups.find_coordinator,
+    11: groups.join_group,
+    12: groups.heartbeat,
+    13: groups.leave_group,
+    14: groups.sync_group,
+    15: groups.describe_groups,
+    16: groups.list_groups,
+    18: topics.api_versions,
+    19: topics.create_topics,
+    20: topics.delete_topics,
+    22: produce.init_producer_id,
+}
+_MAX_IN_FLIGHT = 64  # requests of one connection being worked on; the next waits to be read
+_TICK_S = 0.25  # how often group sessions and rebalance deadlines are checked
+
+
+class KafkaListener:
+    def __init__(self, broker: Broker, coordinator: GroupCoordinator) -> None:
+        self._broker = broker
+        self._coordinator = coordinator
+        self.memberships = Memberships()
+        self._server: asyncio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        config = self._broker.config
+        self._server = await asyncio.start_server(self._serve, config.host, config.kafka_port, limit=1 << 20)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+        log.info("kafka listener on %s:%d (advertised %s)", config.host, config.kafka_port, config.kafka_address)
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(_TICK_S)
+            try:
+                self.memberships.tick(time.monotonic())
+                local = {name for name in self.memberships.groups if self._coordinator.owner(name).local}
+                self.memberships.forget(local)
+            except Exception:
+                log.exception("kafka group maintenance")
+
+    # ---------------------------------------------------------------- one connection
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "unknown"
+        session = Session(address, self._broker.security)
+        answers: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(_MAX_IN_FLIGHT)
+        sender = asyncio.get_running_loop().create_task(self._send(answers, writer))
+        try:
+            await self._read(reader, session, answers)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ProtocolError as exc:
+            log.info("kafka client %s: malformed request, closing: %s", address, exc)
+        except asyncio.CancelledError:
+            sender.cancel()
+            raise
+        finally:
+            self._connections.discard(task)
+            with contextlib.suppress(asyncio.QueueFull):
+                answers.put_nowait(None)
+            if not sender.done():
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(sender, 30)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _read(
+        self,
+        reader: asyncio.StreamReader,
+        session: Session,
+        answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+    ) -> None:
+        config = self._broker.config
+        limit = config.max_request_bytes + 64 * 1024  # a produce of max_request_bytes of records, and framing
+        loop = asyncio.get_running_loop()
+        while True:
+            size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+            if not 0 < size <= limit:
+                log.info("kafka client %s: request of %d bytes (limit %d), closing", session.peer, size, limit)
+                return
+            frame = await reader.readexactly(size)
+            try:
+                header, body = read_request(frame)
+            except UnsupportedVersion as exc:
+                if exc.header.api_key != _API_VERSIONS:
+                    log.info("kafka client %s: %s, closing", session.peer, exc)
+                    return
+                done: asyncio.Future[bytes | None] = loop.create_future()
+                done.set_result(api_versions_fallback(exc.header))
+                await answers.put(done)
+                continue
+            if not session.may_call(header.api_key):
+                log.info(
+                    "kafka client %s: %s before authenticating, closing", session.peer, API_NAMES.get(header.api_key)
+                )
+                return
+            if not await session.still_valid(config.security_refresh_s):
+                log.info("kafka client %s: its token is no longer valid, closing", session.peer)
+                return
+            if header.api_key in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE):
+                frame_out, ok = await self._sasl(session, header, body)
+                done = loop.create_future()
+                done.set_result(frame_out)
+                await answers.put(done)
+                if not ok:
+                    return
+                continue
+            turns = session.claim_appends(produce.partitions_of(body)) if header.api_key == _PRODUCE else []
+            await answers.put(loop.create_task(self._answer(session, header, body, turns)))
+
+    async def _answer(
+        self,
+        session: Session,
+        header: RequestHeader,
+        body: dict[str, Any],
+        turns: list[tuple[asyncio.Future[None] | None, asyncio.Future[None]]],
+    ) -> bytes | None:
+        ctx = Context(self._broker, self._coordinator, self.memberships, session, header)
+        name = API_NAMES.get(header.api_key, str(header.api_key))
+        try:
+            if header.api_key == _PRODUCE:
+                answer = await produce.produce(ctx, body, turns)
+            else:
+                answer = await _HANDLERS[header.api_key](ctx, body)
+        except Exception:
+            for _, mine in turns:
+                if not mine.done():
+                    mine.set_result(None)
+            log.exception("kafka client %s: %s v%d failed", session.peer, name, header.api_version)
+            raise
+        error = _first_error(answer)
+        metrics.kafka_request(name, error)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("kafka client %s: %s v%d answered (error %d)", session.peer, name, header.api_version, error)
+        return None if answer is None else write_response(header, answer)
+
+    async def _sasl(self, session: Session, header: RequestHeader, body: dict[str, Any]) -> tuple[bytes, bool]:
+        """The SASL exchange, one request at a time: (the answer, whether the connection goes on)."""
+        if header.api_key == _SASL_HANDSHAKE:
+            mechanism = body.get("mechanism", "")
+            if mechanism not in MECHANISMS:
+                answer = {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(MECHANISMS)}
+                return write_response(header, answer), False
+            session.mechanism = mechanism
+            return write_response(header, {"error_code": 0, "mechanisms": list(MECHANISMS)}), True
+        if session.mechanism is None or session.authenticated:
+            answer = {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "error_message": "SaslHandshake first, once"}
+            return write_response(header, answer), False
+        token = bearer_token(session.mechanism, bytes(body.get("auth_bytes") or b""))
+        if token is None or not await session.authenticate(token):
+            metrics.denied(401)
+            message = "authentication failed: the token is not valid (unknown, revoked or malformed)"
+            answer = {"error_code": ErrorCode.SASL_AUTHENTICATION_FAILED, "error_message": message, "auth_bytes": b""}
+            return write_response(header, answer), False
+        log.info("kafka client %s authenticated as %s", session.peer, session.principal.name)
+        return write_response(
+            header, {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
+        ), True
+
+    @staticmethod
+    async def _send(answers: asyncio.Queue[asyncio.Future[bytes | None] | None], writer: asyncio.StreamWriter) -> None:
+        while True:
+            pending = await answers.get()
+            if pending is None:
+                return
+            try:
+                frame = await pending
+            except Exception:
+                writer.close()  # the request failed unexpectedly: the client reconnects and resends
+                return
+            if frame is not None:
+                writer.write(frame)
+                await writer.drain()
+
+
+def _first_error(answer: object) -> int:
+    """The first non-zero ``error_code`` in an answer (for the request metric)."""
+    if isinstance(answer, dict):
+        code = answer.get("error_code")
+        if isinstance(code, int) and code:
+            return code
+        for value in answer.values():
+            if isinstance(value, list):
+                for item in value:
+                    found = _first_error(item)
+                    if found:
+                        return found
+    return 0

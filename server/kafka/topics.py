@@ -1,0 +1,152 @@
+"""ApiVersions, Metadata, CreateTopics and DeleteTopics.
+
+Metadata names each partition's ring owner as its leader (a partition has one owner and no replicas, so
+replicas and ISR are the leader alone). A tenant sees the topics it may use, as ``GET /v1/topics`` shows
+them; a topic it may not see is answered as unknown. Topics are never created by Metadata or Produce
+(as a Kafka cluster with ``auto.create.topics.enable=false``): creating one counts against the tenant's
+partition quota, so it is an explicit CreateTopics, which goes through this server's REST API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from server.errors import ApiError
+from server.kafka.context import Context
+from server.kafka.failures import error_code
+from server.kafka.nodes import leader_of, node_id, nodes
+from server.kafka.protocol import SUPPORTED
+from server.kafka.protocol.errors import ErrorCode
+from server.security.access import actions_on, hidden
+from server.topics import TopicConfig
+
+__all__ = ["api_versions", "create_topics", "delete_topics", "metadata"]
+
+CLUSTER_ID = "talos"
+_DEFAULT_PARTITIONS = -1  # CreateTopics' "the broker's default"
+_RETENTION = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+
+
+async def api_versions(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    keys = [{"api_key": k, "min_version": low, "max_version": high} for k, (low, high) in sorted(SUPPORTED.items())]
+    return {"error_code": 0, "api_keys": keys, "throttle_time_ms": 0}
+
+
+def _visible(ctx: Context, config: TopicConfig) -> bool:
+    security = ctx.broker.security
+    return not security.enabled or bool(actions_on(ctx.session.principal, security.state, config.name, config.tenant))
+
+
+def _topic_entry(ctx: Context, name: str) -> dict[str, Any]:
+    broker = ctx.broker
+    try:
+        config = broker.topic(name)
+    except ApiError as exc:
+        return {"error_code": error_code(exc), "name": name, "partitions": []}
+    if not _visible(ctx, config):
+        code = (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if hidden(name, frozenset()) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        )
+        return {"error_code": code, "name": name, "partitions": []}
+    partitions = []
+    for index in range(config.partitions):
+        try:
+            leader = leader_of(broker, name, index)
+        except ApiError:  # no server in the ring yet
+            leader = -1
+        partitions.append(
+            {
+                "error_code": ErrorCode.LEADER_NOT_AVAILABLE if leader < 0 else ErrorCode.NONE,
+                "partition_index": index,
+                "leader_id": leader,
+                "leader_epoch": -1,
+                "replica_nodes": [leader] if leader >= 0 else [],
+                "isr_nodes": [leader] if leader >= 0 else [],
+                "offline_replicas": [],
+            }
+        )
+    return {"error_code": 0, "name": name, "is_internal": name.startswith("__"), "partitions": partitions}
+
+
+async def metadata(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    broker = ctx.broker
+    requested = body.get("topics")
+    if requested is None or (ctx.header.api_version == 0 and not requested):  # v0: [] means all
+        names = [t.name for t in broker.list_topics() if _visible(ctx, t)]
+    else:
+        names = [t["name"] for t in requested if t.get("name")]
+    me = broker.cluster.server_id if broker.cluster is not None else broker.config.member_id
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in nodes(broker)],
+        "cluster_id": CLUSTER_ID,
+        "controller_id": node_id(me),
+        "topics": [_topic_entry(ctx, name) for name in dict.fromkeys(names)],
+    }
+
+
+def _create_body(topic: dict[str, Any]) -> dict[str, Any]:
+    partitions = topic.get("num_partitions", _DEFAULT_PARTITIONS)
+    body: dict[str, Any] = {"name": topic["name"]}
+    if partitions != _DEFAULT_PARTITIONS:
+        body["partitions"] = partitions
+    if topic.get("assignments"):
+        raise ApiError(400, "INVALID_REQUEST", "replica assignments do not apply: the ring places partitions")
+    for config in topic.get("configs") or []:
+        field = _RETENTION.get(config["name"])
+        if field is None:
+            raise ApiError(
+                400, "INVALID_CONFIG", f"unsupported topic config {config['name']!r} (retention.ms, retention.bytes)"
+            )
+        try:
+            body[field] = int(config["value"]) if config["value"] is not None else None
+        except ValueError:
+            raise ApiError(400, "INVALID_CONFIG", f"{config['name']} must be an integer") from None
+        if body[field] is not None and body[field] < 0:
+            body[field] = None  # Kafka's -1: unlimited
+    return body
+
+
+async def create_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for topic in body.get("topics") or []:
+        entry: dict[str, Any] = {"name": topic["name"], "error_code": 0, "error_message": None}
+        try:
+            request = _create_body(topic)
+            if body.get("validate_only"):
+                ctx.broker.topic(topic["name"])  # exists: answered below as TOPIC_ALREADY_EXISTS
+                raise ApiError(409, "TOPIC_EXISTS", f"topic {topic['name']!r} already exists")
+            created = await ctx.rest("POST", "/v1/topics", request)
+            entry.update(num_partitions=created["partitions"], replication_factor=1)
+        except ApiError as exc:
+            if body.get("validate_only") and exc.code == "UNKNOWN_TOPIC":
+                entry.update(num_partitions=topic.get("num_partitions", 1), replication_factor=1)
+            else:
+                entry.update(error_code=_admin_code(exc), error_message=exc.message)
+        results.append(entry)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _admin_code(error: ApiError) -> ErrorCode:
+    if error.code == "INVALID_CONFIG":
+        return ErrorCode.INVALID_CONFIG
+    if error.status == 400 and error.code == "INVALID_REQUEST":
+        return ErrorCode.INVALID_PARTITIONS if "partitions" in error.message else ErrorCode.INVALID_REQUEST
+    return error_code(error, denied=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
+async def delete_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    names = body.get("topic_names") or [t.get("name") for t in body.get("topics") or []]
+    results = []
+    for name in names:
+        entry: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        if name is None:
+            entry.update(error_code=ErrorCode.UNKNOWN_TOPIC_ID, error_message="topic ids are not supported; name it")
+        else:
+            try:
+                await ctx.rest("DELETE", f"/v1/topics/{quote(name, safe='')}")
+            except ApiError as exc:
+                entry.update(error_code=_admin_code(exc), error_message=exc.message)
+        results.append(entry)
+    return {"throttle_time_ms": 0, "responses": results}

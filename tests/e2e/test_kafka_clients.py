@@ -1,0 +1,304 @@
+"""The Kafka listener against Kafka clients no one here wrote — confluent-kafka (librdkafka), kafka-python,
+aiokafka and kcat — and a real ``talos standalone --kafka-port``: round trips with keys, headers, timestamps
+and every compression codec, consumer groups, topics made and deleted, offsets by time, messages crossing
+between the Kafka listener and REST both ways, and malformed requests."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import struct
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from talos import Admin, Consumer, Producer
+from talos.devservices import StandaloneServer, free_port
+from tests.helpers import running_standalone
+
+pytestmark = pytest.mark.slow  # real servers and clients, seconds each
+
+
+class KafkaServer:
+    def __init__(self, server: StandaloneServer, port: int) -> None:
+        self.server = server
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
+    port = free_port()
+    with running_standalone(tmp_path_factory.mktemp("kafka") / "data", env={"TALOS_KAFKA_PORT": str(port)}) as server:
+        yield KafkaServer(server, port)
+
+
+def _topic(kafka: KafkaServer, partitions: int = 1) -> str:
+    name = f"k-{uuid.uuid4().hex[:10]}"
+    with Admin(kafka.url) as admin:
+        admin.create_topic(name, partitions=partitions)
+    return name
+
+
+def _consume_all(kafka: KafkaServer, topic: str, partitions: int, count: int, **conf: object) -> list[object]:
+    """``count`` messages read from the start of every partition by a confluent-kafka consumer (no group)."""
+    consumer = KafkaConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused", **conf})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[object] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            out.append(message)
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_round_trip_keys_headers_timestamps_and_codecs(kafka: KafkaServer, codec: str) -> None:
+    topic = _topic(kafka, partitions=3)
+    producer = KafkaProducer(
+        {"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "compression.type": codec, "linger.ms": 5}
+    )
+    sent = {}
+    base = 1_700_000_000_000
+    for i in range(300):
+        key = f"key-{i % 11}".encode()
+        value = f"value-{i}-{codec}".encode() * (1 + i % 5)
+        headers = [("n", str(i).encode()), ("empty", b""), ("null", None)]
+        producer.produce(topic, key=key, value=value, headers=headers, timestamp=base + i)
+        sent[value] = (key, base + i, i)
+    assert producer.flush(30) == 0
+    received = _consume_all(kafka, topic, 3, len(sent))
+    assert len(received) == len(sent)
+    by_partition: dict[int, list[int]] = {}
+    for message in received:
+        key, timestamp, i = sent[message.value()]  # type: ignore[attr-defined]
+        assert message.key() == key  # type: ignore[attr-defined]
+        assert message.timestamp()[1] == timestamp  # type: ignore[attr-defined]
+        assert message.headers() == [("n", str(i).encode()), ("empty", b""), ("null", None)]  # type: ignore[attr-defined]
+        by_partition.setdefault(message.partition(), []).append(message.offset())  # type: ignore[attr-defined]
+    for offsets in by_partition.values():  # every offset once, in order
+        assert offsets == list(range(len(offsets)))
+    # The same records through REST: one storage path.
+    with Consumer(kafka.url, topics=[topic], start="earliest", wait_ms=0) as consumer:
+        values: set[bytes] = set()
+        deadline = time.monotonic() + 30
+        while len(values) < len(sent) and time.monotonic() < deadline:
+            values |= {m.value or b"" for m in consumer.poll(1.0)}
+    assert values == set(sent)
+
+
+def test_kafka_python_producer_and_group_consumer(kafka: KafkaServer) -> None:
+    from kafka import KafkaConsumer as PyConsumer
+    from kafka import KafkaProducer as PyProducer
+
+    topic = _topic(kafka, partitions=2)
+    producer = PyProducer(bootstrap_servers=kafka.bootstrap, compression_type="gzip", acks="all")
+    for i in range(100):
+        producer.send(topic, key=f"k{i % 3}".encode(), value=f"v{i}".encode(), headers=[("i", str(i).encode())])
+    producer.flush(30)
+    producer.close()
+    consumer = PyConsumer(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        group_id=f"py-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )
+    seen = {(m.value, dict(m.headers)[" i".strip()]) for m in consumer}
+    consumer.commit()
+    group = consumer.config["group_id"]
+    consumer.close()
+    assert seen == {(f"v{i}".encode(), str(i).encode()) for i in range(100)}
+    with Admin(kafka.url) as admin:  # the group's commits are Talos group offsets
+        described = admin.describe_group(group)
+    committed = {p["partition"]: p.get("committed") for p in described["partitions"]}
+    assert sum(v or 0 for v in committed.values()) == 100, described
+
+
+def test_aiokafka_idempotent_producer_and_group(kafka: KafkaServer) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = _topic(kafka, partitions=2)
+    group = f"aio-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> list[tuple[bytes | None, bytes | None]]:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send_and_wait(topic, key=b"k%d" % (i % 4), value=b"a%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=kafka.bootstrap, group_id=group, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        got: list[tuple[bytes | None, bytes | None]] = []
+        try:
+            while len(got) < 50:
+                batch = await consumer.getmany(timeout_ms=5000)
+                assert batch, f"nothing more after {len(got)} messages"
+                got += [(m.key, m.value) for messages in batch.values() for m in messages]
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    got = asyncio.run(run())
+    assert sorted(v or b"" for _, v in got) == sorted(b"a%d" % i for i in range(50))
+
+
+def test_kcat_produces_and_consumes(kafka: KafkaServer, tmp_path: Path) -> None:
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is missing: scripts/install --dev installs Debian's kcat"
+    topic = _topic(kafka)
+    lines = "".join(f"key{i}:line {i}\n" for i in range(20))
+    subprocess.run(
+        [kcat, "-b", kafka.bootstrap, "-t", topic, "-P", "-K:", "-H", "origin=kcat", "-z", "snappy"],
+        input=lines.encode(),
+        check=True,
+        timeout=60,
+    )
+    out = subprocess.run(
+        [kcat, "-b", kafka.bootstrap, "-t", topic, "-C", "-o", "beginning", "-e", "-f", "%k|%s|%h|%o\n"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    assert out.splitlines() == [f"key{i}|line {i}|origin=kcat|{i}" for i in range(20)]
+
+
+def test_rest_to_kafka_and_kafka_to_rest(kafka: KafkaServer) -> None:
+    topic = _topic(kafka)
+    with Producer(kafka.url) as producer:
+        producer.send(topic, b"from rest", key=b"r", headers={"via": b"rest"}).result(30)
+    [message] = _consume_all(kafka, topic, 1, 1)
+    assert (message.key(), message.value(), message.headers()) == (b"r", b"from rest", [("via", b"rest")])  # type: ignore[attr-defined]
+    kp = KafkaProducer({"bootstrap.servers": kafka.bootstrap})
+    kp.produce(topic, key=b"k", value=b"from kafka", headers=[("via", b"kafka")])
+    assert kp.flush(30) == 0
+    with Consumer(kafka.url, topics=[topic], start="earliest", wait_ms=0) as consumer:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += consumer.poll(1.0)
+    assert [(m.key, m.value, dict(m.headers).get("via")) for m in got] == [
+        (b"r", b"from rest", b"rest"),
+        (b"k", b"from kafka", b"kafka"),
+    ]
+
+
+def test_create_and_delete_topics_through_kafka_admin(kafka: KafkaServer) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    name = f"made-{uuid.uuid4().hex[:8]}"
+    topic = NewTopic(name, num_partitions=4, config={"retention.ms": "3600000"})
+    admin.create_topics([topic])[name].result(30)
+    with Admin(kafka.url) as talos:
+        info = talos.describe_topic(name)
+    assert (info.partitions, info.retention_ms) == (4, 3_600_000)
+    with pytest.raises(KafkaException) as exists:
+        admin.create_topics([NewTopic(name, num_partitions=1)])[name].result(30)
+    assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    with pytest.raises(KafkaException) as invalid:
+        admin.create_topics([NewTopic("../escape", num_partitions=1)])["../escape"].result(30)
+    assert invalid.value.args[0].code() == 17  # INVALID_TOPIC_EXCEPTION
+    metadata = admin.list_topics(timeout=10)
+    assert len(metadata.topics[name].partitions) == 4
+    admin.delete_topics([name])[name].result(30)
+    with Admin(kafka.url) as talos:
+        assert name not in [t.name for t in talos.list_topics()]
+
+
+def test_offsets_for_times(kafka: KafkaServer) -> None:
+    topic = _topic(kafka)
+    producer = KafkaProducer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=b"t%d" % i, timestamp=1_000_000 + i * 1000)
+        producer.flush(30)  # one batch each: Talos finds a time to the batch
+    consumer = KafkaConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": "times"})
+    try:
+        [found] = consumer.offsets_for_times([TopicPartition(topic, 0, 1_000_000 + 4500)], timeout=10)
+        assert found.offset == 5
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 10)
+    finally:
+        consumer.close()
+
+
+def _frame(api_key: int, version: int, correlation: int, body: bytes = b"", client: bytes = b"raw") -> bytes:
+    header = struct.pack(">hhih", api_key, version, correlation, len(client)) + client
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
+    return _recv_exactly(sock, size)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_malformed_requests_close_the_connection_and_nothing_else(kafka: KafkaServer) -> None:
+    hostile = [
+        b"\x00\x00\x00\x05garba",  # a frame that is no request header
+        struct.pack(">i", -1),  # a negative size
+        struct.pack(">i", 1 << 30),  # a gigabyte: refused before it is read
+        _frame(3, 12, 1, b"\xff\xff\xff\xff\xff\xff"),  # Metadata whose array length runs off the end
+        _frame(26, 0, 1),  # EndTxn: not an API this listener speaks
+        _frame(3, 99, 1),  # Metadata at a version no one has
+    ]
+    for request in hostile:
+        with socket.create_connection(("127.0.0.1", kafka.port), timeout=10) as sock:
+            sock.sendall(request)
+            assert _closed(sock), request[:20]
+    # ApiVersions at a version it does not know: Kafka's answer, error 35 and what it does support
+    with socket.create_connection(("127.0.0.1", kafka.port), timeout=10) as sock:
+        sock.sendall(_frame(18, 99, 7))
+        answer = _read_frame(sock)
+        correlation, error = struct.unpack(">ih", answer[:6])
+        assert (correlation, error) == (7, 35)
+    # and the listener still serves everyone
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    assert admin.list_topics(timeout=10).brokers
+
+
+def test_transactions_are_refused_cleanly(kafka: KafkaServer) -> None:
+    producer = KafkaProducer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx-1"})
+    with pytest.raises(KafkaException):
+        producer.init_transactions(10)

@@ -4,12 +4,15 @@
 
 1. Produce throughput: MESSAGES messages of 1 KiB, durable (Kafka ``acks=all``; REST ``acks=durable``), by one
    confluent-kafka (librdkafka) producer to the Kafka listener and by one Talos SDK ``Producer``, each with its
-   default batching, to a 4-partition topic: messages per second until everything is acknowledged.
+   default batching (librdkafka ``linger.ms=5``), to a 4-partition topic: messages per second until everything
+   is acknowledged; then both again as idempotent producers (librdkafka then keeps at most 5 requests in flight
+   per connection).
 2. Consume throughput: the same messages read back from the start by a confluent-kafka consumer and by a Talos
    ``Consumer``.
 3. Single-message produce latency: one message at a time, each waited for (confluent ``produce`` + ``flush``;
    SDK ``send().result()`` with ``linger_ms=0``): p50, p99.
-4. The server's CPU per request: its process CPU time (``/proc/<pid>/stat``) over each phase, divided by the
+4. The record format decision (no server): converting a 100-record batch each way against checking its CRC only.
+5. The server's CPU per request: its process CPU time (``/proc/<pid>/stat``) over each phase, divided by the
    requests it answered (``talos_kafka_requests`` for Kafka; the SDK's HTTP requests are its batches). With
    ``--profile``, py-spy samples the server during the Kafka produce and consume phases and the report lists
    where the listener's time goes (the heaviest functions of ``server/kafka``, by own samples).
@@ -97,26 +100,41 @@ def _stop_profile(process: subprocess.Popen[bytes] | None) -> None:
         process.wait(timeout=60)
 
 
+_PLACES = (
+    ("kafka protocol codec", "server/kafka/protocol/"),
+    ("kafka record conversion", "server/kafka/records.py"),
+    ("kafka listener and handlers", "server/kafka/"),
+    ("partition log and storage", ("server/partition/", "fencing/")),
+    ("shared REST produce/fetch code", "server/http/messages.py"),
+    ("talos codec and compression", ("talos/_codec.py", "talos/_compression.py")),
+)
+
+
 def _listener_share(raw: Path) -> dict[str, Any]:
-    """Own samples per function of ``server/kafka`` and of everything, from py-spy's collapsed stacks."""
-    own: Counter[str] = Counter()
-    total = kafka = 0
+    """Where the server's samples were (py-spy's collapsed stacks, own time by the innermost frame of ours)."""
+    places: Counter[str] = Counter()
+    total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
         samples = int(count)
         total += samples
-        if any("server/kafka/" in f for f in frames):
-            kafka += samples
-        own[frames[-1]] += samples
-    top = [(f, n) for f, n in own.most_common(40) if "kafka" in f][:8]
-    return {"samples": total, "in_server_kafka_stacks": round(kafka / max(1, total), 3), "top_kafka_frames": top}
+        place = "other (event loop, asyncio, threads)"
+        for frame in reversed(stack.split(";")):
+            found = next((name for name, where in _PLACES if _in(frame, where)), None)
+            if found:
+                place = found
+                break
+        places[place] += samples
+    return {"samples": total, "share": {k: round(v / max(1, total), 3) for k, v in places.most_common()}}
 
 
-def kafka_produce(bootstrap: str, topic: str, messages: int) -> None:
-    producer = KafkaProducer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True}
-    )
+def _in(frame: str, where: str | tuple[str, ...]) -> bool:
+    return any(w in frame for w in ((where,) if isinstance(where, str) else where))
+
+
+def kafka_produce(bootstrap: str, topic: str, messages: int, *, idempotent: bool = False) -> None:
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": idempotent}
+    producer = KafkaProducer(conf)
     for i in range(messages):
         while True:
             try:
@@ -127,8 +145,8 @@ def kafka_produce(bootstrap: str, topic: str, messages: int) -> None:
     assert producer.flush(120) == 0
 
 
-def rest_produce(url: str, topic: str, messages: int) -> None:
-    with Producer(url) as producer:
+def rest_produce(url: str, topic: str, messages: int, *, idempotent: bool = False) -> None:
+    with Producer(url, idempotent=idempotent) as producer:
         for i in range(messages):
             producer.send(topic, VALUE, key=str(i % 64).encode())
         producer.flush()
@@ -175,6 +193,31 @@ def rest_latency(url: str, topic: str, count: int) -> list[float]:
     return samples
 
 
+def conversion(rounds: int = 200) -> dict[str, Any]:
+    """The record format decision: converting a 100-record batch of 1 KiB values each way, against checking its
+    CRC only (the least that storing Kafka batches natively would cost on produce)."""
+    import crc32c
+
+    from server.kafka.records import kafka_to_talos, talos_to_kafka
+    from talos import RecordData, encode_batch
+
+    records = [RecordData(VALUE, str(i).encode(), [], 1_700_000_000_000 + i) for i in range(100)]
+    talos = bytes(encode_batch(records))
+    kafka = talos_to_kafka(talos)
+    out: dict[str, Any] = {}
+    for name, work in (
+        ("kafka_to_talos", lambda: kafka_to_talos(kafka)),
+        ("talos_to_kafka", lambda: talos_to_kafka(talos)),
+        ("crc_only", lambda: crc32c.crc32c(kafka[21:])),
+    ):
+        started = time.perf_counter()
+        for _ in range(rounds):
+            work()
+        per_batch = (time.perf_counter() - started) / rounds
+        out[name] = {"us_per_batch": round(per_batch * 1e6, 1), "records_per_s": round(100 / per_batch)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000)
@@ -182,7 +225,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="sample the server with py-spy (Kafka phases)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    report: dict[str, Any] = {"messages": args.messages, "value_bytes": len(VALUE)}
+    report: dict[str, Any] = {"messages": args.messages, "value_bytes": len(VALUE), "conversion": conversion()}
     with tempfile.TemporaryDirectory(prefix="talos-kafka-bench-") as tmp:
         kafka_port = free_port()
         server = StandaloneServer(
@@ -195,11 +238,28 @@ def main() -> None:
             assert server.process is not None
             pid, url, bootstrap = server.process.pid, server.url, f"127.0.0.1:{kafka_port}"
             with Admin(url) as admin:
-                for name in ("via-kafka", "via-rest", "latency-kafka", "latency-rest"):
+                for name in (
+                    "via-kafka",
+                    "via-kafka-idempotent",
+                    "via-rest",
+                    "via-rest-idempotent",
+                    "latency-kafka",
+                    "latency-rest",
+                ):
                     admin.create_topic(name, partitions=PARTITIONS)
             runs: list[tuple[str, Callable[[], None], str | None]] = [
                 ("produce_kafka", lambda: kafka_produce(bootstrap, "via-kafka", args.messages), "Produce"),
                 ("produce_rest", lambda: rest_produce(url, "via-rest", args.messages), None),
+                (
+                    "produce_kafka_idempotent",
+                    lambda: kafka_produce(bootstrap, "via-kafka-idempotent", args.messages, idempotent=True),
+                    "Produce",
+                ),
+                (
+                    "produce_rest_idempotent",
+                    lambda: rest_produce(url, "via-rest-idempotent", args.messages, idempotent=True),
+                    None,
+                ),
                 ("consume_kafka", lambda: kafka_consume(bootstrap, "via-kafka", args.messages), "Fetch"),
                 ("consume_rest", lambda: rest_consume(url, "via-rest", args.messages), None),
             ]
@@ -220,10 +280,10 @@ def main() -> None:
                 if profile is not None:
                     entry["profile"] = _listener_share(Path(tmp) / f"{name}.txt")
                 report[name] = entry
-            for side in ("produce", "consume"):
-                report[f"{side}_kafka_over_rest"] = round(
-                    report[f"{side}_kafka"]["msgs_per_s"] / report[f"{side}_rest"]["msgs_per_s"], 2
-                )
+            for side in ("produce", "produce_idempotent", "consume"):
+                kafka = "produce_kafka_idempotent" if side == "produce_idempotent" else f"{side}_kafka"
+                rest = "produce_rest_idempotent" if side == "produce_idempotent" else f"{side}_rest"
+                report[f"{side}_kafka_over_rest"] = round(report[kafka]["msgs_per_s"] / report[rest]["msgs_per_s"], 2)
             report["latency_kafka"] = _percentiles(kafka_latency(bootstrap, "latency-kafka", args.latency_messages))
             report["latency_rest"] = _percentiles(rest_latency(url, "latency-rest", args.latency_messages))
         finally:

@@ -64,6 +64,17 @@ from talos._errors import BatchError, CorruptBatchError, TruncatedBatchError
 
 __all__ = ["KafkaRecordError", "kafka_to_talos", "talos_to_kafka"]
 
+_Compiled = Callable[[bytes | bytearray | memoryview, int, int, int], "tuple[bytes, int, int] | None"]
+_compiled_plain: _Compiled | None
+_compiled_back: _Compiled | None
+try:  # the compiled common cases (server/kafka/_convert.c); without a C compiler, the Python loops below
+    from server.kafka import _convert
+
+    _compiled_plain, _compiled_back = _convert.kafka_records_plain, _convert.talos_records_plain
+except ImportError:  # pragma: no cover - the install builds it where it can
+    _compiled_plain = _compiled_back = None
+
+
 # Kafka's error codes, the ones a conversion answers with.
 _CORRUPT_MESSAGE = 2
 _MESSAGE_TOO_LARGE = 10
@@ -276,11 +287,21 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
     return out
 
 
+COMPILED = True  # the tests turn the compiled conversion off to check the Python one against it
+
+
 def _kafka_records(buf: _Bytes, pos: int, end: int, count: int, out: bytearray, base_timestamp: int) -> int:
     """Append the Talos form of the ``count`` Kafka records filling ``buf[pos:end]`` to ``out``; return the
     largest timestamp."""
     if count > (end - pos) // _KAFKA_MIN_RECORD:
         raise _corrupt(f"records count {count} cannot fit in {end - pos} bytes")
+    if _compiled_plain is not None and COMPILED:
+        converted = _compiled_plain(buf, pos, end, count)
+        if converted is not None:
+            records, low, high = converted
+            if base_timestamp + low >= _MIN_INT64 and base_timestamp + high <= _MAX_INT64:
+                out += records
+                return base_timestamp + high
     if _codec.SPEEDUPS:
         mark = len(out)
         found = _kafka_records_plain(buf, pos, end, count, out, base_timestamp)
@@ -545,6 +566,13 @@ def _talos_records(buf: _Bytes, pos: int, end: int, count: int, out: bytearray, 
     """Append the Kafka form of the ``count`` Talos records filling ``buf[pos:end]`` to ``out``."""
     if count > (end - pos) // _codec.MIN_RECORD_SIZE:
         raise _corrupt(f"record count {count} cannot fit in {end - pos} bytes")
+    if _compiled_back is not None and COMPILED:
+        converted = _compiled_back(buf, pos, end, count)
+        if converted is not None:
+            records, low, high = converted
+            if first_timestamp + low >= _MIN_INT64 and first_timestamp + high <= _MAX_INT64:
+                out += records
+                return
     if not _codec.SPEEDUPS:
         low, high = _talos_records_careful(buf, pos, end, count, out)
         if first_timestamp + low < _MIN_INT64 or first_timestamp + high > _MAX_INT64:

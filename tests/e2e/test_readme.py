@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from talos.devservices import free_port
 from tests.e2e.conftest import StandaloneServer
 
 ROOT = Path(__file__).parents[2]
@@ -20,10 +21,12 @@ EXAMPLES = re.findall(r"```(bash|python)\n(.*?)```", README, re.S)
 
 
 @pytest.fixture(scope="module")
-def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
-    server = StandaloneServer(tmp_path_factory.mktemp("readme") / "data")
+def readme_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandaloneServer, int]]:
+    """The server, and its Kafka listener's port (the examples' 9092)."""
+    kafka_port = free_port()
+    server = StandaloneServer(tmp_path_factory.mktemp("readme") / "data", env={"TALOS_KAFKA_PORT": str(kafka_port)})
     try:
-        yield server.start()
+        yield server.start(), kafka_port
     finally:
         server.stop()
 
@@ -46,12 +49,13 @@ def test_readme_quickstart_has_exactly_two_commands() -> None:
 
 
 @pytest.mark.slow
-def test_readme_examples_run_in_order(readme_server: StandaloneServer, tmp_path: Path) -> None:
+def test_readme_examples_run_in_order(readme_server: tuple[StandaloneServer, int], tmp_path: Path) -> None:
+    server, kafka_port = readme_server
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the examples call .venv/bin/talos
-    env["TALOS_URL"] = readme_server.url
+    env["TALOS_URL"] = server.url
     for kind, example in EXAMPLES:
-        code = example.replace("http://127.0.0.1:8080", readme_server.url)
+        code = example.replace("http://127.0.0.1:8080", server.url).replace("127.0.0.1:9092", f"127.0.0.1:{kafka_port}")
         argv = ["bash", "-euo", "pipefail", "-c", code] if kind == "bash" else [sys.executable, "-c", code]
         result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, f"{kind} example failed:\n{code}\n{result.stdout}\n{result.stderr}"

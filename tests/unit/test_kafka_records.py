@@ -30,16 +30,19 @@ Headers = list[tuple[str, bytes | None]]
 KafkaRecord = tuple[int, bytes | None, bytes | None, Headers]  # timestamp, key, value, headers
 
 
-@pytest.fixture(scope="module", params=["plain", "careful"], autouse=True)
+@pytest.fixture(scope="module", params=["compiled", "plain", "careful"], autouse=True)
 def conversion_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every test twice: with the compiled decoder checking the common case ("plain"), and as without the
-    compiled codec, every field read in Python ("careful")."""
-    saved = _codec.SPEEDUPS
-    _codec.SPEEDUPS = request.param == "plain"
+    """Every test three times: with the compiled conversion of the common case (server/kafka/_convert.c,
+    "compiled"); with the Python loop for it, checked by the compiled Talos decoder ("plain"); and as
+    without either, every field read in Python ("careful")."""
+    assert conversions._compiled_plain is not None, "server/kafka/_convert.c is built by scripts/install"
+    saved = _codec.SPEEDUPS, conversions.COMPILED
+    _codec.SPEEDUPS = request.param != "careful"
+    conversions.COMPILED = request.param == "compiled"
     try:
         yield request.param
     finally:
-        _codec.SPEEDUPS = saved
+        _codec.SPEEDUPS, conversions.COMPILED = saved
 
 
 def kafka_batch(
@@ -309,6 +312,25 @@ def test_records_without_headers_take_the_plain_path(
     monkeypatch.setattr(conversions, "_kafka_records_careful", refuse)
     monkeypatch.setattr(conversions, "_talos_records_careful", refuse)
     (talos,) = kafka_to_talos(bytes(kafka_batch(records)))
+    ((_, got),) = parse_kafka(talos_to_kafka(talos))
+    assert got == expected(records)
+
+
+@pytest.mark.parametrize("records", [PLAIN, LARGE, MANY], ids=["plain", "large", "many"])
+def test_records_without_headers_take_the_compiled_path(
+    records: list[KafkaRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conversions, "COMPILED", True)
+
+    def refuse(*_: object) -> object:
+        raise AssertionError("a Python path was taken")
+
+    monkeypatch.setattr(conversions, "_kafka_records_plain", refuse)
+    monkeypatch.setattr(conversions, "_kafka_records_careful", refuse)
+    (talos,) = kafka_to_talos(bytes(kafka_batch(records)))
+    assert talos_records(talos) == expected(records)
+    monkeypatch.setattr(conversions, "_talos_records_careful", refuse)
+    monkeypatch.setattr(_codec, "decode_records_section", refuse)  # what the Python way back starts with
     ((_, got),) = parse_kafka(talos_to_kafka(talos))
     assert got == expected(records)
 

@@ -1,0 +1,287 @@
+/* server.kafka._convert: the common case of server/kafka/records.py's record conversions, compiled.
+ *
+ * kafka_records_plain(buf, pos, end, count) takes the records section of an uncompressed (or decompressed)
+ * Kafka record batch v2, buf[pos:end], holding `count` records, and returns (talos_records, low, high): the
+ * same records in Talos's layout and the lowest and highest timestamp delta; or None when the records are
+ * not the common case (a header, a varint longer than Kafka writes, an offset delta other than the record's
+ * index) or are damaged in any way, for the Python conversion (_kafka_records_careful) to convert or explain.
+ * It never raises for bad input: None is its only answer to it.
+ *
+ * Kafka record: varint length, int8 attributes, varlong timestamp delta, varint offset delta, varint key
+ * length (-1: null) + key, varint value length (-1: null) + value, varint header count (here 0), all
+ * varints zigzag. Talos record: uvarint body length, then the body: zigzag timestamp delta, zigzag key
+ * length + key, zigzag value length + value, uvarint header count. So the bytes from the timestamp delta on
+ * are Kafka's but for the attributes byte and the offset delta, which are dropped, and the length prefix,
+ * which is rewritten. A Talos record is never longer than its Kafka form, so the output fits `end - pos`.
+ *
+ * talos_records_plain(buf, pos, end, count) is the way back, for a fetch: Talos records without headers in,
+ * (kafka_records, low, high) out, or None for the Python conversion (_talos_records) to do or explain.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A zigzag varint of at most `max_bytes` bytes at *p (before `end`); 0 if it runs past or is longer. */
+static int
+read_zigzag(const uint8_t **p, const uint8_t *end, int max_bytes, int64_t *out)
+{
+    uint64_t raw = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (*p >= end) {
+            return 0;
+        }
+        uint8_t byte = *(*p)++;
+        raw |= (uint64_t)(byte & 0x7F) << (7 * i);
+        if (!(byte & 0x80)) {
+            if (i == 9 && byte > 1) {
+                return 0; /* past 64 bits */
+            }
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static uint8_t *
+write_uvarint(uint8_t *out, uint64_t value)
+{
+    while (value >= 0x80) {
+        *out++ = (uint8_t)(value | 0x80);
+        value >>= 7;
+    }
+    *out++ = (uint8_t)value;
+    return out;
+}
+
+/* An unsigned varint of at most `max_bytes` bytes at *p (before `end`); 0 if it runs past or is longer. */
+static int
+read_uvarint(const uint8_t **p, const uint8_t *end, int max_bytes, uint64_t *out)
+{
+    uint64_t raw = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (*p >= end) {
+            return 0;
+        }
+        uint8_t byte = *(*p)++;
+        raw |= (uint64_t)(byte & 0x7F) << (7 * i);
+        if (!(byte & 0x80)) {
+            *out = raw;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static uint8_t *
+write_zigzag(uint8_t *out, int64_t value)
+{
+    return write_uvarint(out, ((uint64_t)value << 1) ^ (uint64_t)(value >> 63));
+}
+
+/* Skip a zigzag length (-1: null) and the bytes it counts; 0 if it is damaged or runs past `end`. */
+static int
+skip_field(const uint8_t **p, const uint8_t *end)
+{
+    int64_t length;
+    if (!read_zigzag(p, end, 5, &length) || length < -1) {
+        return 0;
+    }
+    if (length > 0) {
+        if (length > end - *p) {
+            return 0;
+        }
+        *p += length;
+    }
+    return 1;
+}
+
+static PyObject *
+kafka_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "kafka_records_plain(buf, pos, end, count)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *out = NULL;
+    if (pos < 0 || end > view.len || pos > end || count < 0 || count > end - pos) {
+        goto not_plain;
+    }
+    out = PyBytes_FromStringAndSize(NULL, end - pos);
+    if (out == NULL) {
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)view.buf + pos;
+    const uint8_t *stop = (const uint8_t *)view.buf + end;
+    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        int64_t length, delta, offset_delta;
+        if (!read_zigzag(&p, stop, 5, &length) || length < 3 || length > stop - p) {
+            goto not_plain;
+        }
+        const uint8_t *record_end = p + length;
+        p++; /* the attributes byte */
+        const uint8_t *stamp = p;
+        if (!read_zigzag(&p, record_end, 10, &delta)) {
+            goto not_plain;
+        }
+        const uint8_t *stamp_end = p;
+        if (!read_zigzag(&p, record_end, 5, &offset_delta) || offset_delta != index) {
+            goto not_plain;
+        }
+        const uint8_t *fields = p;
+        if (!skip_field(&p, record_end) || !skip_field(&p, record_end)) {
+            goto not_plain;
+        }
+        if (p + 1 != record_end || *p != 0) { /* a header count of 0 ends the record */
+            goto not_plain;
+        }
+        Py_ssize_t body = (stamp_end - stamp) + (record_end - fields);
+        w = write_uvarint(w, (uint64_t)body);
+        memcpy(w, stamp, (size_t)(stamp_end - stamp));
+        w += stamp_end - stamp;
+        memcpy(w, fields, (size_t)(record_end - fields));
+        w += record_end - fields;
+        if (delta < low) {
+            low = delta;
+        }
+        if (delta > high) {
+            high = delta;
+        }
+        p = record_end;
+    }
+    if (p != stop || count == 0) {
+        goto not_plain;
+    }
+    if (_PyBytes_Resize(&out, (Py_ssize_t)(w - (uint8_t *)PyBytes_AS_STRING(out))) < 0) {
+        goto done; /* out is freed and NULL */
+    }
+    result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
+    goto done;
+not_plain:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *
+talos_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "talos_records_plain(buf, pos, end, count)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *out = NULL;
+    /* A Kafka record is its Talos body plus at most 5 (length) + 1 (attributes) + 5 (offset delta) bytes. */
+    if (pos < 0 || end > view.len || pos > end || count <= 0 || count > end - pos ||
+        count > (PY_SSIZE_T_MAX - (end - pos)) / 11) {
+        goto not_plain;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (end - pos) + count * 11);
+    if (out == NULL) {
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)view.buf + pos;
+    const uint8_t *stop = (const uint8_t *)view.buf + end;
+    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        uint64_t length, headers;
+        int64_t delta;
+        if (!read_uvarint(&p, stop, 5, &length) || length < 4 || (Py_ssize_t)length > stop - p) {
+            goto not_plain;
+        }
+        const uint8_t *body = p;
+        const uint8_t *record_end = p + length;
+        if (!read_zigzag(&p, record_end, 10, &delta)) {
+            goto not_plain;
+        }
+        const uint8_t *fields = p;
+        if (!skip_field(&p, record_end) || !skip_field(&p, record_end)) {
+            goto not_plain;
+        }
+        if (!read_uvarint(&p, record_end, 1, &headers) || headers != 0 || p != record_end) {
+            goto not_plain; /* headers (their name lengths differ between the formats), or damaged */
+        }
+        uint8_t offset_delta[5];
+        Py_ssize_t offset_size = write_zigzag(offset_delta, (int64_t)index) - offset_delta;
+        Py_ssize_t size = 1 + (Py_ssize_t)length + offset_size;
+        w = write_zigzag(w, (int64_t)size);
+        *w++ = 0; /* the record's attributes, unused */
+        memcpy(w, body, (size_t)(fields - body));
+        w += fields - body;
+        memcpy(w, offset_delta, (size_t)offset_size);
+        w += offset_size;
+        memcpy(w, fields, (size_t)(record_end - fields));
+        w += record_end - fields;
+        if (delta < low) {
+            low = delta;
+        }
+        if (delta > high) {
+            high = delta;
+        }
+    }
+    if (p != stop) {
+        goto not_plain;
+    }
+    if (_PyBytes_Resize(&out, (Py_ssize_t)(w - (uint8_t *)PyBytes_AS_STRING(out))) < 0) {
+        goto done;
+    }
+    result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
+    goto done;
+not_plain:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"kafka_records_plain", (PyCFunction)(void (*)(void))kafka_records_plain, METH_FASTCALL,
+     "(talos_records, low, high) for a Kafka records section without headers; None for anything else."},
+    {"talos_records_plain", (PyCFunction)(void (*)(void))talos_records_plain, METH_FASTCALL,
+     "(kafka_records, low, high) for a Talos records section without headers; None for anything else."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "server.kafka._convert",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__convert(void)
+{
+    return PyModule_Create(&module);
+}

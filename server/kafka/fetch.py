@@ -27,6 +27,7 @@ from server.partition.loaded import LoadedPartition
 
 __all__ = ["fetch", "list_offsets"]
 
+_MAX_FETCH_BYTES = 64 * 1024 * 1024  # what one answer reads at most, as REST's max_bytes (a client may ask 2 GiB)
 _LATEST = -1
 _EARLIEST = -2
 _MAX_TIMESTAMP = -3
@@ -85,9 +86,12 @@ async def fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     config = ctx.broker.config
     wait_ms = max(0, min(body.get("max_wait_ms", 0), config.max_wait_ms))
     min_bytes = max(1, body.get("min_bytes", 1))
-    budget = body.get("max_bytes") or 52428800
+    budget = min(body.get("max_bytes") or _MAX_FETCH_BYTES, _MAX_FETCH_BYTES)
     reads: list[tuple[_Read, int]] = [
-        (_Read(topic["topic"], part["partition"], part["fetch_offset"]), max(1, part["partition_max_bytes"]))
+        (
+            _Read(topic["topic"], part["partition"], part["fetch_offset"]),
+            max(1, min(part["partition_max_bytes"], _MAX_FETCH_BYTES)),
+        )
         for topic in body.get("topics") or []
         for part in topic.get("partitions") or []
     ]

@@ -45,11 +45,13 @@ def _locate(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
         return answer
     try:
         validate_group_name(key)
-        node = node_of(ctx.broker, ctx.coordinator.owner(key))
     except ApiError as exc:
-        answer.update(
-            error_code=error_code(exc, denied=ErrorCode.GROUP_AUTHORIZATION_FAILED), error_message=exc.message
-        )
+        answer.update(error_code=ErrorCode.INVALID_GROUP_ID, error_message=exc.message)
+        return answer
+    try:
+        node = node_of(ctx.broker, ctx.coordinator.owner(key))
+    except ApiError as exc:  # no server in the ring yet
+        answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=exc.message)
         return answer
     if node is None:
         answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="the coordinator is not registered")
@@ -74,8 +76,11 @@ async def _group(ctx: Context, name: str, *, claim: bool = True) -> KafkaGroup |
         validate_group_name(name)
     except ApiError:
         return ErrorCode.INVALID_GROUP_ID
-    if not ctx.coordinator.owner(name).local:
-        return ErrorCode.NOT_COORDINATOR
+    try:
+        if not ctx.coordinator.owner(name).local:
+            return ErrorCode.NOT_COORDINATOR
+    except ApiError:  # no server in the ring yet
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     try:
         await may_use_group(ctx.broker.security, ctx.session.principal, name, "tenant" if claim else "never")
     except ApiError:

@@ -21,6 +21,7 @@ from typing import Any
 
 from server import metrics
 from server.broker import Broker
+from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator
 from server.kafka import fetch, groups, produce, topics
 from server.kafka.context import Context
@@ -62,7 +63,24 @@ _HANDLERS: dict[int, Handler] = {
     22: produce.init_producer_id,
 }
 _MAX_IN_FLIGHT = 64  # requests of one connection being worked on; the next waits to be read
-_TICK_S = 0.25  # how often group sessions and rebalance deadlines are checked
+_TICK_S = 0.25  # how often group sessions, rebalance deadlines and stalled connections are checked
+_IDLE_S = 600.0  # a connection sending no request this long is closed (Kafka's connections.max.idle.ms: 9 min)
+_MAX_CONNECTIONS = 10_000  # when max_connections is 0 (from the fd limit, on the HTTP side)
+
+
+class _Connection:
+    """What the listener watches of one connection: whether it stalls, and how many request bytes it has in
+    flight (a client pipelining large produces waits, on TCP, once that is past the limit)."""
+
+    __slots__ = ("in_flight", "reading", "since", "under_limit", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.reading = False  # between a request's size and its last byte
+        self.since = time.monotonic()  # when it started waiting for a request, or for the rest of one
+        self.in_flight = 0
+        self.under_limit = asyncio.Event()
+        self.under_limit.set()
 
 
 class KafkaListener:
@@ -72,7 +90,10 @@ class KafkaListener:
         self.memberships = Memberships()
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
+        self._connections: dict[asyncio.Task[Any], _Connection] = {}
+        config = broker.config
+        self._max_connections = config.max_connections or _MAX_CONNECTIONS
+        self._max_in_flight_bytes = 4 * config.max_request_bytes
 
     async def start(self) -> None:
         config = self._broker.config
@@ -97,22 +118,39 @@ class KafkaListener:
                 self.memberships.tick(time.monotonic())
                 local = {name for name in self.memberships.groups if self._coordinator.owner(name).local}
                 self.memberships.forget(local)
+            except ApiError:  # no server in the ring yet: nothing moves
+                pass
             except Exception:
                 log.exception("kafka group maintenance")
+            self._close_stalled(time.monotonic())
+
+    def _close_stalled(self, now: float) -> None:
+        """Close connections idle past ``_IDLE_S``, or stuck in the middle of a request past the body timeout
+        (a client that sends a size and then trickles or nothing would hold its buffers forever)."""
+        body_timeout = self._broker.config.body_timeout_s
+        for connection in list(self._connections.values()):
+            limit = body_timeout if connection.reading else _IDLE_S
+            if now - connection.since > limit:
+                connection.since = now  # closed once
+                connection.writer.transport.abort()
 
     # ---------------------------------------------------------------- one connection
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "unknown"
+        if len(self._connections) >= self._max_connections:
+            log.warning("kafka client %s: %d connections open, closing it", address, len(self._connections))
+            writer.transport.abort()
+            return
+        connection = self._connections[task] = _Connection(writer)
         session = Session(address, self._broker.security)
-        answers: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(_MAX_IN_FLIGHT)
-        sender = asyncio.get_running_loop().create_task(self._send(answers, writer))
+        answers: asyncio.Queue[tuple[asyncio.Future[bytes | None], int] | None] = asyncio.Queue(_MAX_IN_FLIGHT)
+        sender = asyncio.get_running_loop().create_task(self._send(answers, connection))
         try:
-            await self._read(reader, session, answers)
+            await self._read(reader, session, answers, connection)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except ProtocolError as exc:
@@ -121,7 +159,7 @@ class KafkaListener:
             sender.cancel()
             raise
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             with contextlib.suppress(asyncio.QueueFull):
                 answers.put_nowait(None)
             if not sender.done():
@@ -135,17 +173,26 @@ class KafkaListener:
         self,
         reader: asyncio.StreamReader,
         session: Session,
-        answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+        answers: asyncio.Queue[tuple[asyncio.Future[bytes | None], int] | None],
+        connection: _Connection,
     ) -> None:
         config = self._broker.config
         limit = config.max_request_bytes + 64 * 1024  # a produce of max_request_bytes of records, and framing
         loop = asyncio.get_running_loop()
         while True:
+            if not connection.under_limit.is_set():
+                await connection.under_limit.wait()
+            connection.since = time.monotonic()
             size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
             if not 0 < size <= limit:
                 log.info("kafka client %s: request of %d bytes (limit %d), closing", session.peer, size, limit)
                 return
+            connection.reading, connection.since = True, time.monotonic()
             frame = await reader.readexactly(size)
+            connection.reading = False
+            connection.in_flight += size
+            if connection.in_flight > self._max_in_flight_bytes:
+                connection.under_limit.clear()
             try:
                 header, body = read_request(frame)
             except UnsupportedVersion as exc:
@@ -154,7 +201,7 @@ class KafkaListener:
                     return
                 done: asyncio.Future[bytes | None] = loop.create_future()
                 done.set_result(api_versions_fallback(exc.header))
-                await answers.put(done)
+                await answers.put((done, size))
                 continue
             if not session.may_call(header.api_key):
                 log.info(
@@ -168,12 +215,12 @@ class KafkaListener:
                 frame_out, ok = await self._sasl(session, header, body)
                 done = loop.create_future()
                 done.set_result(frame_out)
-                await answers.put(done)
+                await answers.put((done, size))
                 if not ok:
                     return
                 continue
             turns = session.claim_appends(produce.partitions_of(body)) if header.api_key == _PRODUCE else []
-            await answers.put(loop.create_task(self._answer(session, header, body, turns)))
+            await answers.put((loop.create_task(self._answer(session, header, body, turns)), size))
 
     async def _answer(
         self,
@@ -224,12 +271,15 @@ class KafkaListener:
             header, {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
         ), True
 
-    @staticmethod
-    async def _send(answers: asyncio.Queue[asyncio.Future[bytes | None] | None], writer: asyncio.StreamWriter) -> None:
+    async def _send(
+        self, answers: asyncio.Queue[tuple[asyncio.Future[bytes | None], int] | None], connection: _Connection
+    ) -> None:
+        writer = connection.writer
         while True:
-            pending = await answers.get()
-            if pending is None:
+            item = await answers.get()
+            if item is None:
                 return
+            pending, size = item
             try:
                 frame = await pending
             except Exception:
@@ -238,6 +288,9 @@ class KafkaListener:
             if frame is not None:
                 writer.write(frame)
                 await writer.drain()
+            connection.in_flight -= size
+            if connection.in_flight <= self._max_in_flight_bytes:
+                connection.under_limit.set()
 
 
 def _first_error(answer: object) -> int:

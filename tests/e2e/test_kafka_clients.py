@@ -6,6 +6,7 @@ between the Kafka listener and REST both ways, and malformed requests."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import struct
@@ -28,6 +29,9 @@ from tests.helpers import running_standalone
 pytestmark = pytest.mark.slow  # real servers and clients, seconds each
 
 
+MAX_CONNECTIONS = 40
+
+
 class KafkaServer:
     def __init__(self, server: StandaloneServer, port: int) -> None:
         self.server = server
@@ -42,7 +46,9 @@ class KafkaServer:
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
     port = free_port()
-    with running_standalone(tmp_path_factory.mktemp("kafka") / "data", env={"TALOS_KAFKA_PORT": str(port)}) as server:
+    # A short body timeout and few connections, for the tests of stalled and flooding clients.
+    env = {"TALOS_KAFKA_PORT": str(port), "TALOS_BODY_TIMEOUT_S": "2", "TALOS_MAX_CONNECTIONS": str(MAX_CONNECTIONS)}
+    with running_standalone(tmp_path_factory.mktemp("kafka") / "data", env=env) as server:
         yield KafkaServer(server, port)
 
 
@@ -296,6 +302,28 @@ def test_malformed_requests_close_the_connection_and_nothing_else(kafka: KafkaSe
     # and the listener still serves everyone
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     assert admin.list_topics(timeout=10).brokers
+
+
+def test_a_stalled_request_is_closed_after_the_body_timeout(kafka: KafkaServer) -> None:
+    with socket.create_connection(("127.0.0.1", kafka.port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", 100) + b"\x00\x12")  # 100 bytes announced, 2 sent, then nothing
+        started = time.monotonic()
+        assert _closed(sock)
+        assert 1.5 < time.monotonic() - started < 8  # TALOS_BODY_TIMEOUT_S=2, checked every 0.25 s
+
+
+def test_connections_past_the_limit_are_closed_and_the_others_served(kafka: KafkaServer) -> None:
+    opened = [socket.create_connection(("127.0.0.1", kafka.port), timeout=10) for _ in range(MAX_CONNECTIONS + 10)]
+    answered = 0
+    try:
+        for sock in opened:
+            with contextlib.suppress(ConnectionError):
+                sock.sendall(_frame(18, 0, 1))
+                answered += struct.unpack(">ih", _read_frame(sock)[:6]) == (1, 0)
+    finally:
+        for sock in opened:
+            sock.close()
+    assert 1 <= answered <= MAX_CONNECTIONS  # (clients of earlier tests may hold some of the 40)
 
 
 def test_transactions_are_refused_cleanly(kafka: KafkaServer) -> None:

@@ -97,144 +97,72 @@ skip_field(const uint8_t **p, const uint8_t *end)
     return 1;
 }
 
-static PyObject *
-kafka_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Kafka records → Talos records at `out` (room for `stop - p` bytes); the bytes written, or -1: not plain. */
+static Py_ssize_t
+from_kafka(const uint8_t *p, const uint8_t *stop, Py_ssize_t count, uint8_t *out, int64_t *low, int64_t *high)
 {
-    (void)self;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "kafka_records_plain(buf, pos, end, count)");
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    PyObject *out = NULL;
-    if (pos < 0 || end > view.len || pos > end || count < 0 || count > end - pos) {
-        goto not_plain;
-    }
-    out = PyBytes_FromStringAndSize(NULL, end - pos);
-    if (out == NULL) {
-        goto done;
-    }
-    const uint8_t *p = (const uint8_t *)view.buf + pos;
-    const uint8_t *stop = (const uint8_t *)view.buf + end;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
-    int64_t low = INT64_MAX, high = INT64_MIN;
+    uint8_t *w = out;
     for (Py_ssize_t index = 0; index < count; index++) {
         int64_t length, delta, offset_delta;
         if (!read_zigzag(&p, stop, 5, &length) || length < 3 || length > stop - p) {
-            goto not_plain;
+            return -1;
         }
         const uint8_t *record_end = p + length;
         p++; /* the attributes byte */
         const uint8_t *stamp = p;
         if (!read_zigzag(&p, record_end, 10, &delta)) {
-            goto not_plain;
+            return -1;
         }
         const uint8_t *stamp_end = p;
         if (!read_zigzag(&p, record_end, 5, &offset_delta) || offset_delta != index) {
-            goto not_plain;
+            return -1;
         }
         const uint8_t *fields = p;
         if (!skip_field(&p, record_end) || !skip_field(&p, record_end)) {
-            goto not_plain;
+            return -1;
         }
         if (p + 1 != record_end || *p != 0) { /* a header count of 0 ends the record */
-            goto not_plain;
+            return -1;
         }
-        Py_ssize_t body = (stamp_end - stamp) + (record_end - fields);
-        w = write_uvarint(w, (uint64_t)body);
+        w = write_uvarint(w, (uint64_t)((stamp_end - stamp) + (record_end - fields)));
         memcpy(w, stamp, (size_t)(stamp_end - stamp));
         w += stamp_end - stamp;
         memcpy(w, fields, (size_t)(record_end - fields));
         w += record_end - fields;
-        if (delta < low) {
-            low = delta;
-        }
-        if (delta > high) {
-            high = delta;
-        }
+        *low = delta < *low ? delta : *low;
+        *high = delta > *high ? delta : *high;
         p = record_end;
     }
-    if (p != stop || count == 0) {
-        goto not_plain;
-    }
-    if (_PyBytes_Resize(&out, (Py_ssize_t)(w - (uint8_t *)PyBytes_AS_STRING(out))) < 0) {
-        goto done; /* out is freed and NULL */
-    }
-    result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
-    goto done;
-not_plain:
-    result = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(out);
-    PyBuffer_Release(&view);
-    return result;
+    return p == stop ? w - out : -1;
 }
 
-static PyObject *
-talos_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Talos records → Kafka records at `out` (room for `stop - p + 11 * count` bytes: a Kafka record is its Talos
+ * body plus at most 5 (length) + 1 (attributes) + 5 (offset delta) bytes); the bytes written, or -1. */
+static Py_ssize_t
+to_kafka(const uint8_t *p, const uint8_t *stop, Py_ssize_t count, uint8_t *out, int64_t *low, int64_t *high)
 {
-    (void)self;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "talos_records_plain(buf, pos, end, count)");
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    PyObject *out = NULL;
-    /* A Kafka record is its Talos body plus at most 5 (length) + 1 (attributes) + 5 (offset delta) bytes. */
-    if (pos < 0 || end > view.len || pos > end || count <= 0 || count > end - pos ||
-        count > (PY_SSIZE_T_MAX - (end - pos)) / 11) {
-        goto not_plain;
-    }
-    out = PyBytes_FromStringAndSize(NULL, (end - pos) + count * 11);
-    if (out == NULL) {
-        goto done;
-    }
-    const uint8_t *p = (const uint8_t *)view.buf + pos;
-    const uint8_t *stop = (const uint8_t *)view.buf + end;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
-    int64_t low = INT64_MAX, high = INT64_MIN;
+    uint8_t *w = out;
     for (Py_ssize_t index = 0; index < count; index++) {
         uint64_t length, headers;
         int64_t delta;
         if (!read_uvarint(&p, stop, 5, &length) || length < 4 || (Py_ssize_t)length > stop - p) {
-            goto not_plain;
+            return -1;
         }
         const uint8_t *body = p;
         const uint8_t *record_end = p + length;
         if (!read_zigzag(&p, record_end, 10, &delta)) {
-            goto not_plain;
+            return -1;
         }
         const uint8_t *fields = p;
         if (!skip_field(&p, record_end) || !skip_field(&p, record_end)) {
-            goto not_plain;
+            return -1;
         }
         if (!read_uvarint(&p, record_end, 1, &headers) || headers != 0 || p != record_end) {
-            goto not_plain; /* headers (their name lengths differ between the formats), or damaged */
+            return -1; /* headers (their name lengths differ between the formats), or damaged */
         }
         uint8_t offset_delta[5];
         Py_ssize_t offset_size = write_zigzag(offset_delta, (int64_t)index) - offset_delta;
-        Py_ssize_t size = 1 + (Py_ssize_t)length + offset_size;
-        w = write_zigzag(w, (int64_t)size);
+        w = write_zigzag(w, (int64_t)(1 + (Py_ssize_t)length + offset_size));
         *w++ = 0; /* the record's attributes, unused */
         memcpy(w, body, (size_t)(fields - body));
         w += fields - body;
@@ -242,27 +170,70 @@ talos_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         w += offset_size;
         memcpy(w, fields, (size_t)(record_end - fields));
         w += record_end - fields;
-        if (delta < low) {
-            low = delta;
-        }
-        if (delta > high) {
-            high = delta;
-        }
+        *low = delta < *low ? delta : *low;
+        *high = delta > *high ? delta : *high;
     }
-    if (p != stop) {
-        goto not_plain;
+    return p == stop ? w - out : -1;
+}
+
+typedef Py_ssize_t (*converter)(const uint8_t *, const uint8_t *, Py_ssize_t, uint8_t *, int64_t *, int64_t *);
+
+/* (buf, pos, end, count) → (records, low, high) through `convert`, or None; `extra`: output bytes per record
+ * beyond the input's. */
+static PyObject *
+run(PyObject *const *args, Py_ssize_t nargs, const char *usage, converter convert, Py_ssize_t extra)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
     }
-    if (_PyBytes_Resize(&out, (Py_ssize_t)(w - (uint8_t *)PyBytes_AS_STRING(out))) < 0) {
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *out = NULL;
+    if (pos < 0 || end > view.len || pos > end || count <= 0 || count > end - pos ||
+        count > (PY_SSIZE_T_MAX - (end - pos)) / (extra + 1)) {
+        result = Py_NewRef(Py_None);
         goto done;
     }
-    result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
-    goto done;
-not_plain:
-    result = Py_NewRef(Py_None);
+    out = PyBytes_FromStringAndSize(NULL, (end - pos) + count * extra);
+    if (out == NULL) {
+        goto done;
+    }
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    const uint8_t *p = (const uint8_t *)view.buf + pos;
+    Py_ssize_t written = convert(p, p + (end - pos), count, (uint8_t *)PyBytes_AS_STRING(out), &low, &high);
+    if (written < 0) {
+        result = Py_NewRef(Py_None);
+    } else if (_PyBytes_Resize(&out, written) == 0) { /* (on failure it frees out and sets it NULL) */
+        result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
+    }
 done:
     Py_XDECREF(out);
     PyBuffer_Release(&view);
     return result;
+}
+
+static PyObject *
+kafka_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    return run(args, nargs, "kafka_records_plain(buf, pos, end, count)", from_kafka, 0);
+}
+
+static PyObject *
+talos_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    return run(args, nargs, "talos_records_plain(buf, pos, end, count)", to_kafka, 11);
 }
 
 static PyMethodDef methods[] = {

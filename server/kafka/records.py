@@ -421,7 +421,7 @@ def _kafka_records_careful(buf: _Bytes, pos: int, end: int, count: int, out: byt
                 out += buf[stamp:stamp_end]
                 out += buf[body:record_end]
             else:
-                tail = _kafka_headers(buf, pos, record_end, index)
+                tail = _headers(buf, pos, record_end, index, from_kafka=True)
                 size = stamp_end - stamp + pos - body + len(tail)
                 out += _uvarint(size)
                 out += buf[stamp:stamp_end]
@@ -435,9 +435,10 @@ def _kafka_records_careful(buf: _Bytes, pos: int, end: int, count: int, out: byt
     return low, high
 
 
-def _kafka_headers(buf: _Bytes, pos: int, record_end: int, index: int) -> bytearray:
-    """The Talos form of a record's headers (count, then each name and value) from Kafka's at ``pos``.
-    Names must be UTF-8, as Talos's readers require."""
+def _headers(buf: _Bytes, pos: int, record_end: int, index: int, *, from_kafka: bool) -> bytearray:
+    """A record's headers (count, then each name and value) at ``pos`` in the other format: Kafka's count and
+    name lengths are zigzag varints, Talos's unsigned ones; value lengths are zigzag in both. Names must be
+    UTF-8, as Talos's readers and Kafka's consumers decode them."""
     if pos >= record_end:
         raise _corrupt(f"record {index}: its key or value runs past its length")
     raw = buf[pos]
@@ -445,27 +446,31 @@ def _kafka_headers(buf: _Bytes, pos: int, record_end: int, index: int) -> bytear
         pos += 1
     else:
         raw, pos = _read_varint(buf, pos, record_end, 32)
-    count = raw >> 1
-    if raw & 1 or count > record_end - pos:
-        raise _corrupt(f"record {index}: headerCount {(raw >> 1) ^ -(raw & 1)}")
-    uvarints = _UVARINTS
-    tail = bytearray(_uvarint(count))
+    count = raw >> 1 if from_kafka else raw
+    if (from_kafka and raw & 1) or count > record_end - pos:
+        raise _corrupt(f"record {index}: header count {(raw >> 1) ^ -(raw & 1) if from_kafka else raw}")
+    tail = bytearray(_uvarint(count) if from_kafka else _zigzag(count))
     for _ in range(count):
         raw = buf[pos]
         if raw < 0x80:
             pos += 1
         else:
             raw, pos = _read_varint(buf, pos, record_end, 32)
-        length = raw >> 1
-        value = pos + length
-        if raw & 1 or value >= record_end:
+        if from_kafka and raw & 1:
             raise _corrupt(f"record {index}: header name length {(raw >> 1) ^ -(raw & 1)}")
+        length = raw >> 1 if from_kafka else raw
+        value = pos + length
+        if value >= record_end:
+            raise _corrupt(f"record {index}: header name runs past the record")
         name = buf[pos:value]
         try:
             name.decode()
         except UnicodeDecodeError:
             raise _corrupt(f"record {index}: header name is not UTF-8") from None
-        tail += uvarints[length] if length < 16384 else _uvarint_bytes(length)
+        if from_kafka:
+            tail += _UVARINTS[length] if length < 16384 else _uvarint_bytes(length)
+        else:
+            tail += _ZIGZAGS[length] if length < 8192 else _zigzag(length)
         tail += name
         raw = buf[value]
         if raw < 0x80:
@@ -609,7 +614,7 @@ def _talos_records(buf: _Bytes, pos: int, end: int, count: int, out: bytearray, 
                 body = pos + 1 if stamp < 0x80 else _read_varint(buf, pos, record_end, 64)[1]
                 if record.headers:
                     fields_end = _skip_key_value(buf, body, record_end)
-                    tail = _talos_headers(buf, fields_end, record_end, index)
+                    tail = _headers(buf, fields_end, record_end, index, from_kafka=False)
                 else:
                     fields_end = record_end
                     tail = bytearray()
@@ -664,7 +669,7 @@ def _talos_records_careful(buf: _Bytes, pos: int, end: int, count: int, out: byt
                 out += offset_delta
                 out += buf[body:record_end]
             else:
-                tail = _talos_headers(buf, pos, record_end, index)
+                tail = _headers(buf, pos, record_end, index, from_kafka=False)
                 size = 1 + body - stamp + len(offset_delta) + pos - body + len(tail)
                 out += _zigzag(size)
                 out += b"\x00"
@@ -678,49 +683,3 @@ def _talos_records_careful(buf: _Bytes, pos: int, end: int, count: int, out: byt
     if pos != end:
         raise _corrupt(f"record count {count}, the batch holds more")
     return low, high
-
-
-def _talos_headers(buf: _Bytes, pos: int, record_end: int, index: int) -> bytearray:
-    """The Kafka form of a record's headers from Talos's at ``pos``; names are checked UTF-8 here too, for
-    a Kafka consumer decodes them."""
-    if pos >= record_end:
-        raise _corrupt(f"record {index}: its key or value runs past its length")
-    count = buf[pos]
-    if count < 0x80:
-        pos += 1
-    else:
-        count, pos = _read_varint(buf, pos, record_end, 32)
-    if count > record_end - pos:
-        raise _corrupt(f"record {index}: {count} headers")
-    zigzags = _ZIGZAGS
-    tail = bytearray(_zigzag(count))
-    for _ in range(count):
-        length = buf[pos]
-        if length < 0x80:
-            pos += 1
-        else:
-            length, pos = _read_varint(buf, pos, record_end, 32)
-        value = pos + length
-        if value >= record_end:
-            raise _corrupt(f"record {index}: header name runs past the record")
-        name = buf[pos:value]
-        try:
-            name.decode()
-        except UnicodeDecodeError:
-            raise _corrupt(f"record {index}: header name is not UTF-8") from None
-        tail += zigzags[length] if length < 8192 else _zigzag(length)
-        tail += name
-        raw = buf[value]
-        if raw < 0x80:
-            pos = value + 1
-        else:
-            raw, pos = _read_varint(buf, value, record_end, 32)
-        if raw & 1:
-            if raw != 1:
-                raise _corrupt(f"record {index}: header value length {(raw >> 1) ^ -(raw & 1)}")
-        else:
-            pos += raw >> 1
-        tail += buf[value:pos]
-    if pos != record_end:
-        raise _corrupt(f"record {index}: its fields do not fill its length")
-    return tail

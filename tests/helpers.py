@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import secrets
 import socket
 import subprocess
+import sys
 import sysconfig
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import yaml
 
 from fencing import PartitionLog
 from talos import Admin, Consumer, decode_records, iter_batches
-from talos.devservices import StandaloneServer
+from talos.devservices import ManagedProcess, StandaloneServer, free_port
 
 
 def decoded(data: bytes) -> list[tuple[int, bytes | None]]:
@@ -66,6 +69,76 @@ def running_standalone(data_dir: Path, env: dict[str, str] | None = None) -> Ite
         yield instance.start()
     finally:
         instance.stop()
+
+
+@dataclass
+class KafkaStandalone:
+    """A running ``talos standalone`` with a Kafka listener."""
+
+    server: StandaloneServer
+    port: int
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def running_kafka_standalone(data_dir: Path, env: dict[str, str] | None = None) -> Iterator[KafkaStandalone]:
+    """``running_standalone`` with ``--kafka-port`` on a free port."""
+    port = free_port()
+    with running_standalone(data_dir, env={"TALOS_KAFKA_PORT": str(port), **(env or {})}) as server:
+        yield KafkaStandalone(server, port)
+
+
+@dataclass
+class MemberProcesses:
+    """Group member processes, ``python -m MODULE *before NAME DIRECTORY/NAME.jsonl *after``, each logging JSON
+    lines with a time ``t``; stopped by PID at the end (``stop_all``, in a ``finally``)."""
+
+    module: str
+    before: list[str]
+    after: list[str]
+    directory: Path
+    processes: dict[str, ManagedProcess] = field(default_factory=dict)
+    killed_at: dict[str, float] = field(default_factory=dict)
+
+    def start(self, name: str) -> None:
+        argv = [sys.executable, "-m", self.module, *self.before, name, str(self.directory / f"{name}.jsonl")]
+        process = ManagedProcess(
+            name, [*argv, *self.after], log_path=self.directory / f"{name}.log", cwd=Path(__file__).parents[1]
+        )
+        process.start()
+        self.processes[name] = process
+
+    def leave(self, name: str) -> None:
+        self.processes[name].stop(timeout=30)  # SIGTERM: the member commits and leaves
+
+    def kill(self, name: str) -> None:
+        self.killed_at[name] = time.time()
+        self.processes[name].kill()
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            process.terminate()  # at once: each leaves its group, then each is waited for
+        for process in self.processes.values():
+            process.stop(timeout=30)
+
+    def live(self) -> list[str]:
+        return [name for name, process in self.processes.items() if process.alive()]
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            out += [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+        return sorted(out, key=lambda e: float(e["t"]))
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name}\n{p.tail(30)}" for name, p in self.processes.items())
 
 
 @dataclass

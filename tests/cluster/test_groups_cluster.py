@@ -11,21 +11,18 @@
 from __future__ import annotations
 
 import itertools
-import json
-import sys
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from hashring import Ring
 from talos import Admin, Producer, TalosError
-from talos.devservices import ManagedProcess, wait_until
+from talos.devservices import wait_until
 from tests.cluster.conftest import Cluster, get_json
-from tests.helpers import least_moves
+from tests.helpers import MemberProcesses, least_moves
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -33,49 +30,14 @@ SESSION_S = 2.0
 TopicPartition = tuple[str, int]
 
 
-@dataclass
-class Members:
-    """Member processes (``tests.cluster.group_member``), stopped by PID at the end."""
+class Members(MemberProcesses):
+    """Talos SDK member processes (``tests.cluster.group_member``)."""
 
-    url: str
-    group: str
-    topic: str
-    directory: Path
-    processes: dict[str, ManagedProcess] = field(default_factory=dict)
-    killed_at: dict[str, float] = field(default_factory=dict)
-
-    def start(self, name: str) -> None:
-        argv = [sys.executable, "-m", "tests.cluster.group_member", self.url, self.group, self.topic, name]
-        argv += [str(self.directory / f"{name}.jsonl"), str(SESSION_S)]
-        process = ManagedProcess(name, argv, log_path=self.directory / f"{name}.log", cwd=Path(__file__).parents[2])
-        process.start()
-        self.processes[name] = process
-
-    def leave(self, name: str) -> None:
-        self.processes[name].stop(timeout=30)  # SIGTERM: commit and leave
-
-    def kill(self, name: str) -> None:
-        self.killed_at[name] = time.time()
-        self.processes[name].kill()
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            if process.alive():
-                process.stop(timeout=30)
-
-    def events(self) -> list[dict[str, object]]:
-        out = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            for line in path.read_text().splitlines():
-                if line.endswith("}"):
-                    out.append(json.loads(line))
-        return sorted(out, key=lambda e: float(e["t"]))  # type: ignore[arg-type]
+    def __init__(self, url: str, group: str, topic: str, directory: Path) -> None:
+        super().__init__("tests.cluster.group_member", [url, group, topic], [str(SESSION_S)], directory)
 
     def processed(self) -> set[str]:
         return {str(e["value"]) for e in self.events() if e["event"] == "msg"}
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {name}\n{p.tail(30)}" for name, p in self.processes.items())
 
 
 def stable(cluster: Cluster, group: str, members: int, timeout: float = 60.0) -> dict[TopicPartition, str]:

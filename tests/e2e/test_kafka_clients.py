@@ -23,8 +23,7 @@ from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from talos import Admin, Consumer, Producer
-from talos.devservices import StandaloneServer, free_port
-from tests.helpers import running_standalone
+from tests.helpers import KafkaStandalone, running_kafka_standalone
 
 pytestmark = pytest.mark.slow  # real servers and clients, seconds each
 
@@ -32,34 +31,22 @@ pytestmark = pytest.mark.slow  # real servers and clients, seconds each
 MAX_CONNECTIONS = 40
 
 
-class KafkaServer:
-    def __init__(self, server: StandaloneServer, port: int) -> None:
-        self.server = server
-        self.bootstrap = f"127.0.0.1:{port}"
-        self.port = port
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
-    port = free_port()
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStandalone]:
     # A short body timeout and few connections, for the tests of stalled and flooding clients.
-    env = {"TALOS_KAFKA_PORT": str(port), "TALOS_BODY_TIMEOUT_S": "2", "TALOS_MAX_CONNECTIONS": str(MAX_CONNECTIONS)}
-    with running_standalone(tmp_path_factory.mktemp("kafka") / "data", env=env) as server:
-        yield KafkaServer(server, port)
+    env = {"TALOS_BODY_TIMEOUT_S": "2", "TALOS_MAX_CONNECTIONS": str(MAX_CONNECTIONS)}
+    with running_kafka_standalone(tmp_path_factory.mktemp("kafka") / "data", env=env) as running:
+        yield running
 
 
-def _topic(kafka: KafkaServer, partitions: int = 1) -> str:
+def _topic(kafka: KafkaStandalone, partitions: int = 1) -> str:
     name = f"k-{uuid.uuid4().hex[:10]}"
     with Admin(kafka.url) as admin:
         admin.create_topic(name, partitions=partitions)
     return name
 
 
-def _consume_all(kafka: KafkaServer, topic: str, partitions: int, count: int, **conf: object) -> list[object]:
+def _consume_all(kafka: KafkaStandalone, topic: str, partitions: int, count: int, **conf: object) -> list[object]:
     """``count`` messages read from the start of every partition by a confluent-kafka consumer (no group)."""
     consumer = KafkaConsumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused", **conf})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -78,7 +65,7 @@ def _consume_all(kafka: KafkaServer, topic: str, partitions: int, count: int, **
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_confluent_round_trip_keys_headers_timestamps_and_codecs(kafka: KafkaServer, codec: str) -> None:
+def test_confluent_round_trip_keys_headers_timestamps_and_codecs(kafka: KafkaStandalone, codec: str) -> None:
     topic = _topic(kafka, partitions=3)
     producer = KafkaProducer(
         {"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "compression.type": codec, "linger.ms": 5}
@@ -112,7 +99,7 @@ def test_confluent_round_trip_keys_headers_timestamps_and_codecs(kafka: KafkaSer
     assert values == set(sent)
 
 
-def test_kafka_python_producer_and_group_consumer(kafka: KafkaServer) -> None:
+def test_kafka_python_producer_and_group_consumer(kafka: KafkaStandalone) -> None:
     from kafka import KafkaConsumer as PyConsumer
     from kafka import KafkaProducer as PyProducer
 
@@ -141,7 +128,7 @@ def test_kafka_python_producer_and_group_consumer(kafka: KafkaServer) -> None:
     assert sum(v or 0 for v in committed.values()) == 100, described
 
 
-def test_aiokafka_idempotent_producer_and_group(kafka: KafkaServer) -> None:
+def test_aiokafka_idempotent_producer_and_group(kafka: KafkaStandalone) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     topic = _topic(kafka, partitions=2)
@@ -174,7 +161,7 @@ def test_aiokafka_idempotent_producer_and_group(kafka: KafkaServer) -> None:
     assert sorted(v or b"" for _, v in got) == sorted(b"a%d" % i for i in range(50))
 
 
-def test_kcat_produces_and_consumes(kafka: KafkaServer, tmp_path: Path) -> None:
+def test_kcat_produces_and_consumes(kafka: KafkaStandalone, tmp_path: Path) -> None:
     kcat = shutil.which("kcat")
     assert kcat, "kcat is missing: scripts/install --dev installs Debian's kcat"
     topic = _topic(kafka)
@@ -194,7 +181,7 @@ def test_kcat_produces_and_consumes(kafka: KafkaServer, tmp_path: Path) -> None:
     assert out.splitlines() == [f"key{i}|line {i}|origin=kcat|{i}" for i in range(20)]
 
 
-def test_rest_to_kafka_and_kafka_to_rest(kafka: KafkaServer) -> None:
+def test_rest_to_kafka_and_kafka_to_rest(kafka: KafkaStandalone) -> None:
     topic = _topic(kafka)
     with Producer(kafka.url) as producer:
         producer.send(topic, b"from rest", key=b"r", headers={"via": b"rest"}).result(30)
@@ -214,7 +201,7 @@ def test_rest_to_kafka_and_kafka_to_rest(kafka: KafkaServer) -> None:
     ]
 
 
-def test_create_and_delete_topics_through_kafka_admin(kafka: KafkaServer) -> None:
+def test_create_and_delete_topics_through_kafka_admin(kafka: KafkaStandalone) -> None:
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     name = f"made-{uuid.uuid4().hex[:8]}"
     topic = NewTopic(name, num_partitions=4, config={"retention.ms": "3600000"})
@@ -235,7 +222,7 @@ def test_create_and_delete_topics_through_kafka_admin(kafka: KafkaServer) -> Non
         assert name not in [t.name for t in talos.list_topics()]
 
 
-def test_offsets_for_times(kafka: KafkaServer) -> None:
+def test_offsets_for_times(kafka: KafkaStandalone) -> None:
     topic = _topic(kafka)
     producer = KafkaProducer({"bootstrap.servers": kafka.bootstrap})
     for i in range(10):
@@ -280,7 +267,7 @@ def _closed(sock: socket.socket) -> bool:
         return True
 
 
-def test_malformed_requests_close_the_connection_and_nothing_else(kafka: KafkaServer) -> None:
+def test_malformed_requests_close_the_connection_and_nothing_else(kafka: KafkaStandalone) -> None:
     hostile = [
         b"\x00\x00\x00\x05garba",  # a frame that is no request header
         struct.pack(">i", -1),  # a negative size
@@ -304,7 +291,7 @@ def test_malformed_requests_close_the_connection_and_nothing_else(kafka: KafkaSe
     assert admin.list_topics(timeout=10).brokers
 
 
-def test_a_stalled_request_is_closed_after_the_body_timeout(kafka: KafkaServer) -> None:
+def test_a_stalled_request_is_closed_after_the_body_timeout(kafka: KafkaStandalone) -> None:
     with socket.create_connection(("127.0.0.1", kafka.port), timeout=10) as sock:
         sock.sendall(struct.pack(">i", 100) + b"\x00\x12")  # 100 bytes announced, 2 sent, then nothing
         started = time.monotonic()
@@ -312,7 +299,7 @@ def test_a_stalled_request_is_closed_after_the_body_timeout(kafka: KafkaServer) 
         assert 1.5 < time.monotonic() - started < 8  # TALOS_BODY_TIMEOUT_S=2, checked every 0.25 s
 
 
-def test_connections_past_the_limit_are_closed_and_the_others_served(kafka: KafkaServer) -> None:
+def test_connections_past_the_limit_are_closed_and_the_others_served(kafka: KafkaStandalone) -> None:
     opened = [socket.create_connection(("127.0.0.1", kafka.port), timeout=10) for _ in range(MAX_CONNECTIONS + 10)]
     answered = 0
     try:
@@ -326,7 +313,7 @@ def test_connections_past_the_limit_are_closed_and_the_others_served(kafka: Kafk
     assert 1 <= answered <= MAX_CONNECTIONS  # (clients of earlier tests may hold some of the 40)
 
 
-def test_transactions_are_refused_cleanly(kafka: KafkaServer) -> None:
+def test_transactions_are_refused_cleanly(kafka: KafkaStandalone) -> None:
     producer = KafkaProducer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx-1"})
     with pytest.raises(KafkaException):
         producer.init_transactions(10)

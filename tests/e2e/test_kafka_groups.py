@@ -8,16 +8,12 @@ own logs show no partition held by two live members at once.
 from __future__ import annotations
 
 import itertools
-import json
-import sys
 import threading
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
@@ -25,67 +21,25 @@ from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 
 from talos import Admin
-from talos.devservices import ManagedProcess, StandaloneServer, free_port, wait_until
+from talos.devservices import wait_until
 from tests.e2e.kafka_member import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
-from tests.helpers import running_standalone
+from tests.helpers import KafkaStandalone, MemberProcesses, running_kafka_standalone
 
 PARTITIONS = 6
 PROCESS_S = 0.003  # a member's processing time per message: about 300 a second each
 
 
-@dataclass
-class KafkaStandalone:
-    server: StandaloneServer
-    bootstrap: str
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStandalone]:
-    port = free_port()
-    with running_standalone(tmp_path_factory.mktemp("kafka") / "data", env={"TALOS_KAFKA_PORT": str(port)}) as server:
-        yield KafkaStandalone(server, f"127.0.0.1:{port}")
+    with running_kafka_standalone(tmp_path_factory.mktemp("kafka") / "data") as running:
+        yield running
 
 
-@dataclass
-class Members:
-    """Member processes, stopped by PID at the end; ``killed_at``: when each killed one was (``time.time()``)."""
+class Members(MemberProcesses):
+    """confluent-kafka member processes (``tests.e2e.kafka_member``)."""
 
-    bootstrap: str
-    group: str
-    topic: str
-    directory: Path
-    processes: dict[str, ManagedProcess] = field(default_factory=dict)
-    killed_at: dict[str, float] = field(default_factory=dict)
-
-    def start(self, name: str) -> None:
-        argv = [sys.executable, "-m", "tests.e2e.kafka_member", self.bootstrap, self.group, self.topic, name]
-        argv += [str(self.directory / f"{name}.jsonl"), str(PROCESS_S)]
-        process = ManagedProcess(name, argv, log_path=self.directory / f"{name}.log", cwd=Path(__file__).parents[2])
-        process.start()
-        self.processes[name] = process
-
-    def kill(self, name: str) -> None:
-        self.killed_at[name] = time.time()
-        self.processes[name].kill()
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            process.terminate()  # at once: each closes (leaves the group), then each is waited for
-        for process in self.processes.values():
-            process.stop(timeout=30)
-
-    def live(self) -> list[str]:
-        return [name for name, process in self.processes.items() if process.alive()]
-
-    def events(self) -> list[dict[str, Any]]:
-        out = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            out += [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-        return sorted(out, key=lambda e: float(e["t"]))
+    def __init__(self, bootstrap: str, group: str, topic: str, directory: Path) -> None:
+        super().__init__("tests.e2e.kafka_member", [bootstrap, group, topic], [str(PROCESS_S)], directory)
 
     def holding(self) -> dict[str, set[int]]:
         """What each live member holds now, by its own log (its last assign, unless revoked or lost since)."""
@@ -101,9 +55,6 @@ class Members:
 
     def processed(self, since: float = 0.0) -> int:
         return sum(1 for e in self.events() if e["event"] == "msg" and float(e["t"]) > since)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {name}\n{p.tail(20)}" for name, p in self.processes.items())
 
 
 class Writer:

@@ -14,7 +14,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
@@ -99,86 +98,110 @@ def test_confluent_round_trip_keys_headers_timestamps_and_codecs(kafka: KafkaSta
     assert values == set(sent)
 
 
-def test_kafka_python_producer_and_group_consumer(kafka: KafkaStandalone) -> None:
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def _expected(i: int) -> tuple[bytes, bytes, int, list[tuple[str, bytes]]]:
+    """Message ``i`` of the other clients' tests: key, value, timestamp and headers."""
+    return f"k{i % 3}".encode(), f"v{i}".encode() * (1 + i % 4), 1_600_000_000_000 + i, [("i", str(i).encode())]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_producer_and_group_consumer(kafka: KafkaStandalone, codec: str) -> None:
     from kafka import KafkaConsumer as PyConsumer
     from kafka import KafkaProducer as PyProducer
 
     topic = _topic(kafka, partitions=2)
-    producer = PyProducer(bootstrap_servers=kafka.bootstrap, compression_type="gzip", acks="all")
+    compression = None if codec == "none" else codec
+    producer = PyProducer(bootstrap_servers=kafka.bootstrap, compression_type=compression, acks="all")
     for i in range(100):
-        producer.send(topic, key=f"k{i % 3}".encode(), value=f"v{i}".encode(), headers=[("i", str(i).encode())])
+        key, value, timestamp, headers = _expected(i)
+        producer.send(topic, key=key, value=value, headers=headers, timestamp_ms=timestamp)
     producer.flush(30)
     producer.close()
+    group = f"py-{uuid.uuid4().hex[:6]}"
     consumer = PyConsumer(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        group_id=f"py-{uuid.uuid4().hex[:6]}",
+        group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         consumer_timeout_ms=5000,
     )
-    seen = {(m.value, dict(m.headers)[" i".strip()]) for m in consumer}
+    seen = sorted((m.key, m.value, m.timestamp, list(m.headers)) for m in consumer)
     consumer.commit()
-    group = consumer.config["group_id"]
     consumer.close()
-    assert seen == {(f"v{i}".encode(), str(i).encode()) for i in range(100)}
+    assert seen == sorted(_expected(i) for i in range(100))
     with Admin(kafka.url) as admin:  # the group's commits are Talos group offsets
         described = admin.describe_group(group)
     committed = {p["partition"]: p.get("committed") for p in described["partitions"]}
     assert sum(v or 0 for v in committed.values()) == 100, described
 
 
-def test_aiokafka_idempotent_producer_and_group(kafka: KafkaStandalone) -> None:
+@pytest.mark.parametrize("codec", CODECS)
+def test_aiokafka_idempotent_producer_and_group(kafka: KafkaStandalone, codec: str) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     topic = _topic(kafka, partitions=2)
     group = f"aio-{uuid.uuid4().hex[:6]}"
 
-    async def run() -> list[tuple[bytes | None, bytes | None]]:
-        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, enable_idempotence=True)
+    async def run() -> list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes]]]]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=kafka.bootstrap,
+            enable_idempotence=True,
+            compression_type=None if codec == "none" else codec,
+            linger_ms=5,
+        )
         await producer.start()
         try:
-            for i in range(50):
-                await producer.send_and_wait(topic, key=b"k%d" % (i % 4), value=b"a%d" % i)
+            sent = [
+                await producer.send(topic, key=key, value=value, timestamp_ms=timestamp, headers=headers)
+                for key, value, timestamp, headers in map(_expected, range(50))
+            ]
+            await asyncio.gather(*sent)
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(
             topic, bootstrap_servers=kafka.bootstrap, group_id=group, auto_offset_reset="earliest"
         )
         await consumer.start()
-        got: list[tuple[bytes | None, bytes | None]] = []
+        got: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes]]]] = []
         try:
             while len(got) < 50:
                 batch = await consumer.getmany(timeout_ms=5000)
                 assert batch, f"nothing more after {len(got)} messages"
-                got += [(m.key, m.value) for messages in batch.values() for m in messages]
+                got += [(m.key, m.value, m.timestamp, list(m.headers)) for messages in batch.values() for m in messages]
             await consumer.commit()
         finally:
             await consumer.stop()
         return got
 
     got = asyncio.run(run())
-    assert sorted(v or b"" for _, v in got) == sorted(b"a%d" % i for i in range(50))
+    assert sorted(got) == sorted(_expected(i) for i in range(50))  # type: ignore[arg-type]
 
 
-def test_kcat_produces_and_consumes(kafka: KafkaStandalone, tmp_path: Path) -> None:
+@pytest.mark.parametrize("codec", CODECS)
+def test_kcat_produces_and_consumes(kafka: KafkaStandalone, codec: str) -> None:
     kcat = shutil.which("kcat")
     assert kcat, "kcat is missing: scripts/install --dev installs Debian's kcat"
     topic = _topic(kafka)
     lines = "".join(f"key{i}:line {i}\n" for i in range(20))
     subprocess.run(
-        [kcat, "-b", kafka.bootstrap, "-t", topic, "-P", "-K:", "-H", "origin=kcat", "-z", "snappy"],
+        [kcat, "-b", kafka.bootstrap, "-t", topic, "-P", "-K:", "-H", "origin=kcat", "-z", codec],
         input=lines.encode(),
         check=True,
         timeout=60,
     )
     out = subprocess.run(
-        [kcat, "-b", kafka.bootstrap, "-t", topic, "-C", "-o", "beginning", "-e", "-f", "%k|%s|%h|%o\n"],
+        [kcat, "-b", kafka.bootstrap, "-t", topic, "-C", "-o", "beginning", "-e", "-f", "%k|%s|%h|%o|%T\n"],
         capture_output=True,
         check=True,
         timeout=60,
     ).stdout.decode()
-    assert out.splitlines() == [f"key{i}|line {i}|origin=kcat|{i}" for i in range(20)]
+    rows = [line.rsplit("|", 1) for line in out.splitlines()]
+    assert [row for row, _ in rows] == [f"key{i}|line {i}|origin=kcat|{i}" for i in range(20)]
+    stamps = [int(stamp) for _, stamp in rows]  # kcat's produce time, kept
+    assert all(abs(stamp - time.time() * 1000) < 120_000 for stamp in stamps)
 
 
 def test_rest_to_kafka_and_kafka_to_rest(kafka: KafkaStandalone) -> None:

@@ -18,8 +18,9 @@ from server.kafka.failures import error_code
 from server.kafka.nodes import leader_of, node_id, nodes
 from server.kafka.protocol import SUPPORTED
 from server.kafka.protocol.errors import ErrorCode
+from server.partition_quota import check_partition_quota
 from server.security.access import actions_on, hidden
-from server.topics import TopicConfig
+from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
 
 __all__ = ["api_versions", "create_topics", "delete_topics", "metadata"]
 
@@ -115,17 +116,28 @@ async def create_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         try:
             request = _create_body(topic)
             if body.get("validate_only"):
-                ctx.broker.topic(topic["name"])  # exists: answered below as TOPIC_ALREADY_EXISTS
-                raise ApiError(409, "TOPIC_EXISTS", f"topic {topic['name']!r} already exists")
-            created = await ctx.rest("POST", "/v1/topics", request)
-            entry.update(num_partitions=created["partitions"], replication_factor=1)
-        except ApiError as exc:
-            if body.get("validate_only") and exc.code == "UNKNOWN_TOPIC":
-                entry.update(num_partitions=topic.get("num_partitions", 1), replication_factor=1)
+                partitions = _validate(ctx, request)
             else:
-                entry.update(error_code=_admin_code(exc), error_message=exc.message)
+                partitions = (await ctx.rest("POST", "/v1/topics", request))["partitions"]
+            entry.update(num_partitions=partitions, replication_factor=1)
+        except ApiError as exc:
+            entry.update(error_code=_admin_code(exc), error_message=exc.message)
         results.append(entry)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _validate(ctx: Context, request: dict[str, Any]) -> int:
+    """What a ``validate_only`` CreateTopics checks without making anything (REST has no dry run): the name,
+    that it is free, the partition count and the tenant's partition quota. The partitions it would have."""
+    broker = ctx.broker
+    name = validate_topic_name(request["name"])
+    if any(t.name == name for t in broker.list_topics()):
+        raise ApiError(409, "TOPIC_EXISTS", f"topic {name!r} already exists")
+    partitions = int(request.get("partitions", 1))  # REST's default
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ApiError(400, "INVALID_REQUEST", f"partitions must be between 1 and {MAX_PARTITIONS}")
+    check_partition_quota(broker, ctx.session.principal.tenant, None, partitions)
+    return partitions
 
 
 def _admin_code(error: ApiError) -> ErrorCode:

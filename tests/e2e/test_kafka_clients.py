@@ -240,6 +240,13 @@ def test_create_and_delete_topics_through_kafka_admin(kafka: KafkaStandalone) ->
     assert invalid.value.args[0].code() == 17  # INVALID_TOPIC_EXCEPTION
     metadata = admin.list_topics(timeout=10)
     assert len(metadata.topics[name].partitions) == 4
+    dry = f"dry-{uuid.uuid4().hex[:8]}"  # validate_only: checked, not made
+    admin.create_topics([NewTopic(dry, num_partitions=2)], validate_only=True)[dry].result(30)
+    with pytest.raises(KafkaException) as dry_invalid:
+        admin.create_topics([NewTopic("bad name", num_partitions=1)], validate_only=True)["bad name"].result(30)
+    assert dry_invalid.value.args[0].code() == 17
+    with Admin(kafka.url) as talos:
+        assert dry not in [t.name for t in talos.list_topics()]
     admin.delete_topics([name])[name].result(30)
     with Admin(kafka.url) as talos:
         assert name not in [t.name for t in talos.list_topics()]

@@ -33,13 +33,14 @@ def json_response(data: object, status: int = 200, headers: dict[str, str] | Non
 
 
 def answer_of(reply: Reply) -> dict[str, Any]:
-    """The JSON document of a 200 answer (another server's, or an endpoint's called in-process); the
-    answer's own error otherwise, as an :class:`ApiError` with the same status, code and retriability."""
+    """The JSON document of a 2xx answer (another server's, or an endpoint's called in-process; an empty body
+    is ``{}``); the answer's own error otherwise, as an :class:`ApiError` with the same status, code and
+    retriability."""
     try:
         doc = orjson.loads(reply.body) if reply.body else {}
     except orjson.JSONDecodeError:
         doc = {}
-    if reply.status == 200 and isinstance(doc, dict):
+    if 200 <= reply.status < 300 and isinstance(doc, dict):
         return doc
     error = doc.get("error", {}) if isinstance(doc, dict) else {}
     raise ApiError(

@@ -22,40 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* A zigzag varint of at most `max_bytes` bytes at *p (before `end`); 0 if it runs past or is longer. */
-static int
-read_zigzag(const uint8_t **p, const uint8_t *end, int max_bytes, int64_t *out)
-{
-    uint64_t raw = 0;
-    for (int i = 0; i < max_bytes; i++) {
-        if (*p >= end) {
-            return 0;
-        }
-        uint8_t byte = *(*p)++;
-        raw |= (uint64_t)(byte & 0x7F) << (7 * i);
-        if (!(byte & 0x80)) {
-            if (i == 9 && byte > 1) {
-                return 0; /* past 64 bits */
-            }
-            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static uint8_t *
-write_uvarint(uint8_t *out, uint64_t value)
-{
-    while (value >= 0x80) {
-        *out++ = (uint8_t)(value | 0x80);
-        value >>= 7;
-    }
-    *out++ = (uint8_t)value;
-    return out;
-}
-
-/* An unsigned varint of at most `max_bytes` bytes at *p (before `end`); 0 if it runs past or is longer. */
+/* An unsigned varint of at most `max_bytes` bytes at *p (before `end`); 0 if it runs past, is longer, or
+ * is past 64 bits. */
 static int
 read_uvarint(const uint8_t **p, const uint8_t *end, int max_bytes, uint64_t *out)
 {
@@ -67,11 +35,37 @@ read_uvarint(const uint8_t **p, const uint8_t *end, int max_bytes, uint64_t *out
         uint8_t byte = *(*p)++;
         raw |= (uint64_t)(byte & 0x7F) << (7 * i);
         if (!(byte & 0x80)) {
+            if (i == 9 && byte > 1) {
+                return 0;
+            }
             *out = raw;
             return 1;
         }
     }
     return 0;
+}
+
+/* A zigzag varint of at most `max_bytes` bytes at *p (before `end`); 0 as read_uvarint. */
+static int
+read_zigzag(const uint8_t **p, const uint8_t *end, int max_bytes, int64_t *out)
+{
+    uint64_t raw;
+    if (!read_uvarint(p, end, max_bytes, &raw)) {
+        return 0;
+    }
+    *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    return 1;
+}
+
+static uint8_t *
+write_uvarint(uint8_t *out, uint64_t value)
+{
+    while (value >= 0x80) {
+        *out++ = (uint8_t)(value | 0x80);
+        value >>= 7;
+    }
+    *out++ = (uint8_t)value;
+    return out;
 }
 
 static uint8_t *

@@ -10,8 +10,8 @@ import orjson
 
 from server.broker import Broker
 from server.cluster import Owner
-from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator
+from server.http.reply import answer_of
 from server.kafka.group_state import Memberships
 from server.kafka.protocol import RequestHeader
 from server.kafka.session import Session
@@ -27,7 +27,7 @@ class Context:
     session: Session
     header: RequestHeader
 
-    async def rest(self, method: str, path: str, body: object | None = None) -> Any:
+    async def rest(self, method: str, path: str, body: object | None = None) -> dict[str, Any]:
         """This server's own REST API, as the connection's principal (its token): creating and deleting topics
         and allocating producer ids are checked, limited and audited by one implementation. Raises the
         :class:`ApiError` REST answered."""
@@ -38,13 +38,4 @@ class Context:
             headers["authorization"] = self.session.headers["authorization"]
         data = None if body is None else orjson.dumps(body)
         reply = await self.broker.forwarder.send(me, method, path, query={}, headers=headers, body=data)
-        doc = orjson.loads(reply.body) if reply.body else None
-        if reply.status >= 400:
-            error = doc.get("error", {}) if isinstance(doc, dict) else {}
-            raise ApiError(
-                reply.status,
-                str(error.get("code", "ERROR")),
-                str(error.get("message", reply.body[:200])),
-                retriable=bool(error.get("retriable", False)),
-            )
-        return doc
+        return answer_of(reply)

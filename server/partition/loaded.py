@@ -181,17 +181,9 @@ class LoadedPartition:
     ) -> ProduceResult:
         """Store one batch: offsets are assigned here, on the event loop (a header read, the producer check and
         a copy into the log's pending buffer); only the flush of the whole group goes to an I/O thread.
-        ``appended`` is resolved once the batch has its place in the log (or is refused), before it is durable:
-        what a caller with requests that must stay in order waits for before handing over the next."""
-        try:
-            return await self._produce(batch, durable, verify, appended)
-        finally:
-            if appended is not None and not appended.done():
-                appended.set_result(None)
-
-    async def _produce(
-        self, batch: bytearray, durable: bool, verify: bool, appended: asyncio.Future[None] | None
-    ) -> ProduceResult:
+        ``appended`` is resolved once the batch has its place in the log, before it is durable: what a caller
+        with requests that must stay in order waits for before handing over the next (a refused batch ends
+        this call instead, so such a caller waits for either)."""
         try:
             header = read_header(batch, whole=False)
         except BatchError as exc:

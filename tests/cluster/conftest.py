@@ -207,8 +207,9 @@ def cluster(
 ) -> Iterator[Cluster]:
     started = time.monotonic()
     settings = QUICK_REASSIGN if request.node.get_closest_marker("quick_reassign") else FAST
-    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", settings)
-    print(f"cluster of 3 up in {time.monotonic() - started:.1f}s")
+    kafka = request.node.get_closest_marker("kafka") is not None
+    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", settings, kafka=kafka)
+    print(f"cluster of 3{' with Kafka listeners' if kafka else ''} up in {time.monotonic() - started:.1f}s")
     try:
         yield running
     finally:

@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,29 +22,14 @@ import pytest
 
 from talos import Admin
 from talos._verify import analyse, read_everything
-from talos.devservices import HdfsCluster, ManagedProcess, ZooKeeperServer, wait_until
-from tests.cluster.conftest import CLUSTER_TOKEN, FAST, QUICK_REASSIGN, Cluster, start_cluster
+from talos.devservices import ManagedProcess, wait_until
+from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.kafka_wire import KafkaWire
 
-pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.slow]
+pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.slow, pytest.mark.kafka]
 
 NOT_LEADER_OR_FOLLOWER = 6
 PARTITIONS = 6
-
-
-@pytest.fixture
-def kafka_cluster(
-    zookeeper: ZooKeeperServer, hdfs: HdfsCluster, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Cluster]:
-    """Three servers, each with a Kafka listener (``ClusterServer.kafka_address``)."""
-    started = time.monotonic()
-    settings = QUICK_REASSIGN if request.node.get_closest_marker("quick_reassign") else FAST
-    running = start_cluster(zookeeper, hdfs, tmp_path / "logs", settings, kafka=True)
-    print(f"cluster of 3 with Kafka listeners up in {time.monotonic() - started:.1f}s")
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def bootstrap(cluster: Cluster) -> str:
@@ -68,9 +52,8 @@ def server_log(cluster: Cluster, server_id: str, lines: int = 40) -> str:
 
 @pytest.mark.quick_reassign
 def test_an_idempotent_kafka_producer_loses_and_duplicates_nothing_across_a_killed_owner(
-    kafka_cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    cluster = kafka_cluster
     topic, count, rate = "kafka-failover", 3000, 200
     with Admin(cluster.servers["s1"].url) as admin:
         admin.create_topic(topic, partitions=PARTITIONS)
@@ -154,8 +137,7 @@ def test_an_idempotent_kafka_producer_loses_and_duplicates_nothing_across_a_kill
         producer.stop(timeout=10)
 
 
-def test_metadata_names_the_ring_owner_everywhere_and_other_servers_refuse_produce(kafka_cluster: Cluster) -> None:
-    cluster = kafka_cluster
+def test_metadata_names_the_ring_owner_everywhere_and_other_servers_refuse_produce(cluster: Cluster) -> None:
     topic = "kafka-leaders"
     with Admin(cluster.servers["s1"].url) as admin:
         admin.create_topic(topic, partitions=PARTITIONS)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
+import queue
+import threading
 import time
 
 import hdfs_native
@@ -13,11 +16,48 @@ from fencing.filesystem import Buffer, FileInfo, FileSystem, storage_errors
 __all__ = ["HdfsFileSystem"]
 
 
+class _Closer:
+    """Closes writers that were dropped unclosed, on a thread of its own.
+
+    ``hdfs_native.FileWriter`` is an ``io.RawIOBase``, whose finalizer closes it: a NameNode call, made by
+    whichever thread drops the last reference. A log abandoned because its storage hangs is dropped on the
+    server's event loop, and the close then blocked the loop (every request, ``/healthz`` too) for as long as
+    the NameNode was unreachable: 52 s under the "owner cut from HDFS" fault. Writers dropped unclosed are
+    handed here instead; a close that hangs holds up only this thread."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[hdfs_native.FileWriter] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def close_later(self, writer: hdfs_native.FileWriter) -> None:
+        """Close ``writer`` (again, if it was: a no-op then) and drop it, on the closer's thread."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="talos-hdfs-closer", daemon=True)
+                self._thread.start()
+        self._queue.put(writer)
+
+    def _run(self) -> None:
+        while True:
+            writer = self._queue.get()
+            with contextlib.suppress(Exception):
+                writer.close()
+            del writer
+
+
+_closer = _Closer()
+
+
 class HdfsFile:
     def __init__(self, path: str, writer: hdfs_native.FileWriter) -> None:
         self._path = path
         self._writer = writer
         self._closed = False
+
+    def __del__(self) -> None:
+        # Closed or not (abandoned), the writer's own finalizer calls the NameNode: not on this thread.
+        _closer.close_later(self._writer)
 
     @property
     def path(self) -> str:

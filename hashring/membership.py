@@ -2,12 +2,13 @@
 
 A live server joins the ring once it has been up for ``join_delay``; a ring member whose registration
 (ephemeral node) is gone leaves only after ``reassign_delay``, so a restart inside the delay moves
-nothing. Any server may compute this and publish the result (CAS on the versioned ring).
+nothing. A live server that stepped down (its storage failing) leaves at once and joins again like a new
+one. Any server may compute this and publish the result (CAS on the versioned ring).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from hashring.ring import DEFAULT_VNODES, Ring
@@ -36,9 +37,11 @@ def next_members(
     join_delay: float,
     reassign_delay: float,
     vnodes: int = DEFAULT_VNODES,
+    stepped_down: Collection[str] = (),
 ) -> MembershipChange:
-    """``live_since``: registered servers → when they registered. ``missing_since``: ring members without a
-    registration → since when they have been seen missing (the caller remembers first sightings)."""
+    """``live_since``: registered servers that can serve → since when. ``missing_since``: ring members without a
+    registration → since when they have been seen missing (the caller remembers first sightings).
+    ``stepped_down``: registered servers that asked to leave (they cannot write): out now, not after a delay."""
     members = dict(ring.members)
     waits: list[float] = []
     added = set()
@@ -53,6 +56,10 @@ def next_members(
     removed = set()
     for member in list(members):
         if member in live_since or member in added:
+            continue
+        if member in stepped_down and len(members) > 1:  # never the last one: an empty ring serves nothing
+            del members[member]
+            removed.add(member)
             continue
         since = missing_since.get(member, now)
         if now - since >= reassign_delay:

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 import time
-from typing import Any
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 import uvicorn
 
 from server.config import load_config
-from server.http.app import create_asgi
+from server.coordination import kazoo_logs
+from server.http.app import Shutdown, create_asgi
 from server.http.connections import connection_limits, protocol_class, raise_fd_limit
+
+log = logging.getLogger("talos.server")
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,6 +56,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="HOST:PORT Kafka clients use to reach this server (default HOST:KAFKA_PORT; env TALOS_KAFKA_ADVERTISED)",
     )
     parser.add_argument("--group-commit", choices=["on", "off"], help="one flush per partition for all queued requests")
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        help="seconds from SIGTERM (or SIGINT) to exit, in any state: drain, flush and seal, deregister; what "
+        "still runs then is given up and the exit code is 124 (default 15; env TALOS_SHUTDOWN_TIMEOUT_S)",
+    )
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     parser.add_argument(
         "--auth",
@@ -91,8 +108,164 @@ CONNECTION_FLAGS: tuple[tuple[str, type, str], ...] = (
 
 
 # Seconds uvicorn gives open requests and long polls after SIGTERM, before the server flushes and seals its
-# partitions: a pod's terminationGracePeriodSeconds must cover both (tests/unit/test_k8s_manifests.py).
+# partitions: a pod's terminationGracePeriodSeconds must cover both (tests/unit/test_k8s_manifests.py). At most
+# two thirds of shutdown_timeout_s, so that the partitions keep a third of it.
 GRACEFUL_SHUTDOWN_S = 10
+
+# The exit code when the shutdown deadline cut something short (as timeout(1)): the log's last line says what
+# was still running. A shutdown that finished ends the process by the signal itself, as uvicorn does.
+SHUTDOWN_INCOMPLETE_EXIT = 124
+
+
+def drain_seconds(shutdown_timeout_s: float) -> float:
+    """How long open requests and long polls may take after the signal."""
+    return min(float(GRACEFUL_SHUTDOWN_S), shutdown_timeout_s * 2 / 3)
+
+
+_ROOT = Path(__file__).resolve().parent.parent
+_OURS = tuple(str(_ROOT / package) + os.sep for package in ("server", "fencing", "hashring", "talos"))
+_NOT_WORK = (str(_ROOT / "server" / "__main__.py"),)
+
+
+def busy_threads() -> list[tuple[str, str]]:
+    """Threads inside Talos code (a storage or ZooKeeper call, a wait for the server id) and the main thread (the
+    event loop), each as where it is in one line and its stack; threads parked waiting for work (pool workers, the
+    ring keeper between rounds) are left out."""
+    frames = sys._current_frames()
+    out = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        if thread is threading.current_thread() or frame is None:
+            continue
+        stack = traceback.extract_stack(frame)
+        ours = [i for i, f in enumerate(stack) if f.filename.startswith(_OURS) and f.filename not in _NOT_WORK]
+        main = thread is threading.main_thread()
+        if not ours and not main:
+            continue
+        after = stack[ours[-1] + 1 :] if ours else stack[-1:]
+        if ours and not main:
+            inner = stack[ours[-1]]
+            waiting = all(os.path.basename(f.filename) in ("threading.py", "queue.py") for f in after)
+            if (after and waiting) or (not after and inner.name == "run" and inner.filename.endswith("executor.py")):
+                continue  # a loop of ours waiting on its own event or queue: idle
+        where = " < ".join(
+            f"{stack[i].name} ({os.path.relpath(stack[i].filename, _ROOT)}:{stack[i].lineno})"
+            for i in reversed(ours[-3:])
+        )
+        below = f"{after[-1].name} ({os.path.basename(after[-1].filename)}:{after[-1].lineno})" if after else ""
+        where = f"{where} in {below}" if where and below else where or below
+        out.append((f"{thread.name}: {where}", f"{thread.name}:\n{''.join(traceback.format_list(stack[-12:]))}"))
+    return out
+
+
+class Watchdog:
+    """Ends the process at the shutdown deadline whatever it is doing (a start-up blocked in a thread, storage or
+    ZooKeeper hung, a pool thread Python would join at exit forever), with a log line that says what was still
+    running. Its thread also reports the signals: a signal handler must not log."""
+
+    def __init__(self, shutdown: Shutdown) -> None:
+        self.shutdown = shutdown
+        self.signals: list[str] = []
+        self._wake = threading.Event()
+        self._ending = threading.Lock()
+        self._thread = threading.Thread(target=self._watch, name="talos-shutdown-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def signalled(self, name: str) -> None:
+        """From the signal handler (the main thread): start the clock, once; wake the watchdog to report."""
+        phase = self.shutdown.phase
+        if self.shutdown.begin(name):
+            self.first_phase = phase
+        self.signals.append(name)
+        self._wake.set()
+
+    first_phase = ""
+
+    def _watch(self) -> None:
+        reported = 0
+        while True:
+            deadline = self.shutdown.deadline
+            self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._wake.clear()
+            for name in self.signals[reported:]:
+                self._report(name, first=reported == 0)
+                reported += 1
+            deadline = self.shutdown.deadline
+            if deadline is not None and time.monotonic() >= deadline:
+                self.end("the shutdown deadline passed")
+
+    def _report(self, name: str, *, first: bool) -> None:
+        s = self.shutdown
+        if first:
+            what = {"starting": "cancelling the start-up", "stopped": "ending"}.get(
+                self.first_phase,
+                f"stop accepting, drain open requests (at most {drain_seconds(s.timeout_s):.1f} s), "
+                "flush and seal partitions, deregister",
+            )
+            log.info("%s while %s: shutting down within %g s: %s", name, self.first_phase, s.timeout_s, what)
+        else:
+            log.warning(
+                "%s again while %s: the shutdown goes on, by the same deadline (%.1f s left)",
+                name,
+                s.phase,
+                s.remaining(),
+            )
+
+    def end(self, why: str) -> NoReturn:
+        """Log what is still running and exit with SHUTDOWN_INCOMPLETE_EXIT, now (no thread is joined)."""
+        with self._ending:  # once: the watchdog and main() may both get here
+            s = self.shutdown
+            where = s.phase + (f" ({s.step})" if s.step else "")
+            running: list[tuple[str, str]] = []
+            with contextlib.suppress(Exception):
+                running = busy_threads()
+            log.error(
+                "%s, %.1f s after %s, while %s; given up: %s; still running: %s; exiting with code %d",
+                why,
+                s.timeout_s - s.remaining() if s.deadline is not None else 0.0,
+                s.signal or "the signal",
+                where,
+                "; ".join(s.abandoned) or "nothing",
+                "; ".join(line for line, _stack in running) or "no thread",
+                SHUTDOWN_INCOMPLETE_EXIT,
+            )
+            if running:  # for the post-mortem
+                log.error("stacks of the threads still running:\n%s", "\n".join(stack for _line, stack in running))
+            for handler in logging.getLogger().handlers:
+                with contextlib.suppress(Exception):
+                    handler.flush()
+            os._exit(SHUTDOWN_INCOMPLETE_EXIT)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, with SIGTERM and SIGINT going to the watchdog first (the deadline starts at the first)."""
+
+    def __init__(self, config: uvicorn.Config, watchdog: Watchdog) -> None:
+        super().__init__(config)
+        self.watchdog = watchdog
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.watchdog.signalled(signal.Signals(sig).name)
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # main() installs handle_exit for the whole life of the process (also before and after uvicorn runs) and
+        # decides how the process ends: uvicorn would re-raise the signal even after a shutdown cut short.
+        yield
+
+
+class _ExpectedStartupFailure(logging.Filter):
+    """Drops uvicorn's "startup failed" errors (and the traceback) of a start-up stopped by a signal on purpose."""
+
+    def __init__(self, shutdown: Shutdown) -> None:
+        super().__init__()
+        self.shutdown = shutdown
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.shutdown.start_aborted and record.levelno >= logging.ERROR)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         max_connections=args.max_connections,
         max_requests_per_connection=args.max_requests_per_connection,
         max_header_bytes=args.max_header_bytes,
+        shutdown_timeout_s=args.shutdown_timeout,
     )
     if args.command == "standalone":
         flags["storage"] = args.storage or args.data_dir
@@ -193,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
         elif config.clustered:
             raise ValueError("standalone does not use ZooKeeper: unset TALOS_ZK or run `talos server`")
         config.validate_auth()
+        if config.shutdown_timeout_s <= 0:
+            raise ValueError("shutdown_timeout_s must be > 0")
         # Before anything opens a file: the cap on connections keeps the server clear of EMFILE.
         limits = connection_limits(config, raise_fd_limit())
     except (OSError, ValueError) as exc:
@@ -202,14 +378,17 @@ def main(argv: list[str] | None = None) -> None:
         handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler], force=True)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    kazoo_logs.install()
     what = f"server {config.member_id} (ZooKeeper {config.zk})" if config.clustered else "standalone"
     print(
         f"talos {what} on http://{config.host}:{config.port} (storage {config.storage}; docs at /docs)",
         file=sys.stderr,
         flush=True,
     )
-    app = create_asgi(config)
-    uvicorn.run(
+    shutdown = Shutdown(config.shutdown_timeout_s)
+    app = create_asgi(config, shutdown)
+    logging.getLogger("uvicorn.error").addFilter(_ExpectedStartupFailure(shutdown))
+    server_config = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
@@ -220,11 +399,33 @@ def main(argv: list[str] | None = None) -> None:
         access_log=config.access_log,
         # X-Forwarded-For only matters for the client address in the access log; off, it costs nothing
         proxy_headers=config.access_log,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=drain_seconds(config.shutdown_timeout_s),  # type: ignore[arg-type]
         # Push subscriptions' frames are small JSON: compressing each one cost more of the event loop than the
         # socket write it saves (docs/subscriptions.md).
         ws_per_message_deflate=False,
     )
+    watchdog = Watchdog(shutdown)
+    watchdog.start()
+    server = _Server(server_config, watchdog)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, server.handle_exit)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's "startup failed" (3): a signal's doing, or a real failure
+        if not shutdown.begun:
+            raise
+    if not shutdown.begun:  # uvicorn ended by itself
+        if not server.started:
+            sys.exit(3)
+        return
+    if shutdown.abandoned:
+        watchdog.end("the shutdown was cut short")
+    log.info("stopped %.1f s after %s", shutdown.timeout_s - shutdown.remaining(), shutdown.signal)
+    # End as uvicorn does after a signal: by the signal itself (a supervisor sees "terminated by SIGTERM"). No
+    # thread is joined: the pools' threads finished, or a step that waited for them was given up above.
+    first = signal.Signals[watchdog.signals[0]] if watchdog.signals else signal.SIGTERM
+    signal.signal(first, signal.SIG_DFL)
+    signal.raise_signal(first)
 
 
 if __name__ == "__main__":

@@ -8,21 +8,36 @@ import fcntl
 import itertools
 import logging
 import os
-from collections.abc import Callable, Coroutine
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
-from fencing import DirectoryEpochSource, EpochSource, FileSystem, LogConfig, LogError, PartitionLog, open_storage
+from fencing import (
+    DirectoryEpochSource,
+    EpochSource,
+    FencedError,
+    FileSystem,
+    LogConfig,
+    LogError,
+    PartitionLog,
+    StorageError,
+    open_storage,
+)
 from fencing.local import LocalFileSystem
 from hashring import Ring, partition_key
 from server import metrics
 from server.cluster import ClusterMember, Owner
 from server.config import ServerConfig
 from server.coordination import ZkEpochSource
+from server.coordination import paths as zk_paths
 from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore
+from server.coordination.topics import _decode as decode_topic
 from server.errors import ApiError
 from server.http.forwarding import Forwarder
 from server.partition.executor import AffinityExecutor
@@ -32,6 +47,8 @@ from server.partition.producers import ProducerStates
 from server.partition.tailcache import TailCache
 from server.security.guard import Security
 from server.security.store import SecurityStore
+from server.storage_health import StorageHealth
+from server.storage_probe import StorageProbe
 from server.topics import TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
 from server.trace.recorder import TraceRecorder
 from server.usage.history import UsageHistory
@@ -84,6 +101,9 @@ class Broker:
         self.history = UsageHistory()
         # Message trace: events of traced topics, buffered here, written by server.trace.writer.
         self.trace = TraceRecorder(self.trace_sample, max_buffered=config.trace_max_buffered)
+        # How the storage does (every flush reports here); in a cluster the server steps down on it.
+        self.health = StorageHealth()
+        self._probe: StorageProbe | None = None
         self.security: Security
         # Called after the ring moved partitions away or the session was lost: whatever else this server
         # serves by the ring (group coordination) lets go of what it no longer owns.
@@ -91,7 +111,10 @@ class Broker:
         self._remove_collector: Callable[[], None] = lambda: None
 
     @classmethod
-    async def start(cls, config: ServerConfig) -> Broker:
+    async def start(cls, config: ServerConfig, *, deadline: Callable[[], float | None] | None = None) -> Broker:
+        """Open the storage, join the cluster (or read the topics), load the security document. Cancelled (a
+        SIGTERM during start-up: server/http/app.py), it closes what it opened by ``deadline()`` (a
+        ``time.monotonic()``, or None: ``shutdown_timeout_s`` from then)."""
         broker = cls(config)
         broker._loop = asyncio.get_running_loop()
         try:
@@ -105,7 +128,7 @@ class Broker:
             broker.security = Security(config, store, broker.executor, broker)
             await broker.security.reload()
         except BaseException:
-            await broker.close()
+            await broker.close(deadline() if deadline is not None else None)
             raise
         broker._remove_collector = metrics.add_collector(broker._collect_metrics)
         return broker
@@ -121,9 +144,15 @@ class Broker:
             metrics.io_pool(name, pool.stats.tasks, pool.stats.queued_s, pool.stats.running_s, pool.queued())
 
     def _join_cluster(self) -> None:
-        cluster = ClusterMember(self.config, on_ring=self._ring_changed, on_session_lost=self._session_lost)
+        cluster = ClusterMember(
+            self.config, on_ring=self._ring_changed, on_session_lost=self._session_lost, health=self.health
+        )
         self.cluster = cluster
         cluster.start()
+        self._probe = StorageProbe(
+            self.fs, self.root, cluster.server_id, self.health, interval_s=self.config.storage_probe_s
+        )
+        self._probe.start()
         self.producer_ids = ZkProducerIds(cluster.zk)
         store = ZkTopicStore(cluster.zk, self.fs, self.root)
         self.topics = store
@@ -187,12 +216,24 @@ class Broker:
             await listener()
 
     async def _release(self, key: tuple[str, int], *, seal: bool = True) -> None:
-        """Flush and stop serving a partition; sealed, the next owner needs no lease recovery."""
+        """Flush and stop serving a partition; sealed, the next owner needs no lease recovery. With the storage
+        failing (the server stepping down) nothing is waited for: the writes waiting are answered "moved" at
+        once, and the next owner recovers the lease."""
         partition = self._partitions.pop(key, None)
         if partition is None:
             return
+        failing = self.health.state()
+        if failing.failing_s > 0:
+            log.info("released %s/%d without a flush: storage failing (%s)", key[0], key[1], failing.problem)
+            partition.abandon(FencedError("released while its storage is failing"))
+            return
         try:
-            await partition.close(seal=seal)
+            await asyncio.wait_for(partition.close(seal=seal), self.config.flush_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "released %s/%d: its last flush did not end within %g s", key[0], key[1], self.config.flush_timeout_s
+            )
+            partition.abandon(FencedError("released: its last flush did not end"))
         except LogError as exc:
             log.info("released %s/%d: %s", key[0], key[1], exc)
 
@@ -209,29 +250,73 @@ class Broker:
 
     # ---------------------------------------------------------------- topics
 
-    def topic(self, name: str) -> TopicConfig:
+    # topic() reads a name it does not know from ZooKeeper on the event loop (its callers are not coroutines): it
+    # waits at most _TOPIC_READ_S, and while a read that took longer is still unanswered, the next lookups answer
+    # 503 at once instead of stalling the loop again (a blocking read had no bound: issue 35).
+    _TOPIC_READ_S = 1.0
+    _unanswered_read: Any = None  # kazoo's result of that read
+    _REREAD_S = 10.0  # reread_topic's wait for the I/O threads (busy with a stuck storage, say)
+
+    def topic(self, name: str, *, known_only: bool = False) -> TopicConfig:
+        """The topic's configuration, else 404. A name this server does not know (created through another server a
+        moment ago, before our watch fired) costs one ZooKeeper read: read-your-writes across servers. With
+        ``known_only``, no read: what this server's watch of the catalog knows (for background work, which needs no
+        read-your-writes and must not wait for ZooKeeper on the event loop)."""
         config = self._topics.get(name)
-        if config is None and self.cluster is not None and (TOPIC_NAME.match(name) or INTERNAL_NAME.match(name)):
-            # Created through another server a moment ago, before our watch fired: read-your-writes
-            # across servers costs one ZooKeeper read, and only for a name we do not know.
-            if not self.cluster.zk.connected:  # cannot tell: "unknown" would be a lie a client acts on
+        if (
+            config is None
+            and not known_only
+            and self.cluster is not None
+            and (TOPIC_NAME.match(name) or INTERNAL_NAME.match(name))
+        ):
+            zk = self.cluster.zk
+            unanswered = self._unanswered_read
+            # Cannot tell: "unknown" would be a lie a client acts on.
+            if not zk.connected or (unanswered is not None and not unanswered.ready()):
+                why = "reconnects to ZooKeeper" if not zk.connected else "waits for ZooKeeper to answer"
                 raise ApiError(
                     503,
                     "NOT_REGISTERED",
-                    f"cannot look topic {name!r} up while this server reconnects to ZooKeeper; retry",
+                    f"cannot look topic {name!r} up while this server {why}; retry",
                     retriable=True,
                     headers={"Retry-After": "1"},
                 )
-            config = self.topics.get(name)
-            if config is not None:
+            reading = zk.get_async(zk_paths.topic(name))
+            try:
+                data, _stat = reading.get(timeout=self._TOPIC_READ_S)
+            except NoNodeError:
+                config = None
+            except (KazooException, KazooTimeoutError) as exc:
+                if not reading.ready():  # still unanswered: the next lookups answer 503 until it is
+                    self._unanswered_read = reading
+                    log.warning("topic %s: ZooKeeper did not answer a read within %g s", name, self._TOPIC_READ_S)
+                raise ApiError(
+                    503,
+                    "NOT_REGISTERED",
+                    f"cannot look topic {name!r} up: ZooKeeper did not answer ({type(exc).__name__}); retry",
+                    retriable=True,
+                    headers={"Retry-After": "1"},
+                ) from None
+            else:
+                config = decode_topic(data)
                 self._topics.setdefault(name, config)
         if config is None:
             raise unknown_topic(name)
         return config
 
     async def reread_topic(self, name: str) -> TopicConfig:
-        """The topic as its catalog has it now (created by a racing request a moment ago, say)."""
-        config = await self._io(self.topics.get, name)
+        """The topic as its catalog has it now (created by a racing request a moment ago, say); 503 if the catalog
+        does not answer within ``_REREAD_S``."""
+        try:
+            config = await asyncio.wait_for(self._io(self.topics.get, name), self._REREAD_S)
+        except TimeoutError:
+            raise ApiError(
+                503,
+                "TOPIC_CATALOG_UNAVAILABLE",
+                f"the topic catalog did not answer about {name!r} within {self._REREAD_S:g} s; retry",
+                retriable=True,
+                headers={"Retry-After": "1"},
+            ) from None
         if config is None:
             raise unknown_topic(name)
         self._topics.setdefault(name, config)
@@ -316,7 +401,7 @@ class Broker:
             self._loading[key] = pending
             try:
                 if loaded is not None:  # failed (storage error, fenced): take it over again
-                    log.warning("reloading %s/%d after: %s", topic, index, loaded.log.failed)
+                    log.warning("reloading %s/%d after: %s", topic, index, loaded.abandoned or loaded.log.failed)
                     self._partitions.pop(key, None)
                 ring_version = self.cluster.ring.version if self.cluster is not None else 0
                 try:
@@ -338,6 +423,7 @@ class Broker:
                     epochs=self.producer_ids,
                     flush_timeout_s=self.config.flush_timeout_s,
                     version=ring_version,
+                    health=self.health,
                 )
                 metrics.took_over()
                 if self.cluster is not None and not self.cluster.owner(topic, index).local:
@@ -369,12 +455,22 @@ class Broker:
             )
         else:
             epochs = DirectoryEpochSource(self.fs, directory)
-        plog = PartitionLog.open(self.fs, directory, epochs, config=log_config)
+        token = self.health.begin(f"loading {config.name}/{index}")
         try:
-            return plog, load_producer_states(plog, self.config.producer_state_window_bytes)
-        except BaseException:
-            plog.close(seal=False)
+            plog = PartitionLog.open(self.fs, directory, epochs, config=log_config)
+            try:
+                loaded = plog, load_producer_states(plog, self.config.producer_state_window_bytes)
+            except BaseException:
+                plog.close(seal=False)
+                raise
+        except StorageError as exc:
+            self.health.end(token, exc)
             raise
+        except BaseException:
+            self.health.forget(token)  # fenced, ZooKeeper: no word on the storage
+            raise
+        self.health.end(token)
+        return loaded
 
     def loaded_partitions(self) -> list[LoadedPartition]:
         return list(self._partitions.values())
@@ -397,19 +493,82 @@ class Broker:
     async def _io(self, function: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
-    async def close(self) -> None:
-        """Graceful stop: flush and seal every partition, then leave ZooKeeper (deregister)."""
+    async def close(self, deadline: float | None = None) -> list[str]:
+        """Graceful stop: flush and seal every partition, leave ZooKeeper (deregister), stop the I/O threads.
+
+        Over by ``deadline`` (a ``time.monotonic()``; None: ``shutdown_timeout_s`` from now): a step still running
+        then is given up, never waited for. A partition whose storage hangs stays unsealed (its next owner
+        recovers the lease); with ZooKeeper unreachable the registration ends with the session; a thread stuck in
+        a storage call is left behind (the pools are not joined past the deadline, and their threads never hold
+        up the process's exit: server/__main__.py). Returns what was given up, [] when everything finished."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.shutdown_timeout_s
+        end = deadline
+        abandoned: list[str] = []
+        loop = asyncio.get_running_loop()
+
+        def share(fraction: float) -> float:
+            """When a step must be done: ``fraction`` of the time left (the later steps keep the rest)."""
+            return time.monotonic() + max(0.0, end - time.monotonic()) * fraction
+
+        async def within(what: str, step: Awaitable[object], until: float) -> None:
+            task = asyncio.ensure_future(step)
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, until - time.monotonic()))
+            if not done:
+                task.cancel()
+                abandoned.append(what)
+                log.warning("shutdown: gave up %s (the shutdown deadline)", what)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("shutdown: %s failed: %r", what, task.exception())
+
+        async def in_thread(what: str, function: Callable[[], object], until: float) -> None:
+            # A daemon thread of its own, not a pool's: one stuck in ZooKeeper or the storage is left behind.
+            outcome: asyncio.Future[None] = loop.create_future()
+
+            def settle(error: BaseException | None) -> None:
+                if outcome.done():
+                    return
+                if error is None:
+                    outcome.set_result(None)
+                else:
+                    outcome.set_exception(error)
+
+            def run() -> None:
+                error: BaseException | None = None
+                try:
+                    function()
+                except BaseException as exc:
+                    error = exc
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(settle, error)
+
+            threading.Thread(target=run, name=f"talos-close: {what}", daemon=True).start()
+            await within(what, outcome, until)
+
         self._remove_collector()
-        await self._release_all()
+        if self._probe is not None:
+            self._probe.stop()
+        loaded = len(self._partitions)
+        await within(f"flushing and sealing the partitions ({loaded} loaded)", self._release_all(), share(0.7))
         for task in list(self._background):
             task.cancel()
-        if self.cluster is not None:
-            await self._io(lambda: self.cluster.stop(leave=self.config.leave_on_shutdown))  # type: ignore[union-attr]
-        await self.forwarder.close()
-        self.executor.shutdown(wait=True)
-        self.write_pool.shutdown(wait=True)
-        self.read_pool.shutdown(wait=True)
-        self.fs.close()
+        cluster = self.cluster
+        if cluster is not None:
+            leave = self.config.leave_on_shutdown
+            await in_thread("leaving ZooKeeper", lambda: cluster.stop(leave=leave), share(0.8))
+        await within("closing the forwarding connections", self.forwarder.close(), share(0.5))
+
+        def stop_pools() -> None:
+            self.write_pool.shutdown(wait=True)
+            self.read_pool.shutdown(wait=True)
+            self.executor.shutdown(wait=True)
+
+        # Queued work nobody waits for any more (a cancelled start-up's) is dropped; running work has until the end.
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        await in_thread("the I/O threads (a storage or ZooKeeper call)", stop_pools, end)
+        if not abandoned:  # else a thread may still be inside the storage client
+            await in_thread("closing the storage client", self.fs.close, end)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        return abandoned

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -27,8 +27,11 @@ from kazoo.retry import KazooRetry
 from hashring import Ring, partition_key
 from server.config import ServerConfig
 from server.coordination import LiveServer, RingKeeper, RingStore, ServerRegistry, paths
+from server.coordination.kazoo_logs import EXPECTED_ZOOKEEPER_ERRORS
 from server.coordination.registry import registration
+from server.coordination.stepdown import PeerStorage, writers_besides
 from server.errors import ApiError
+from server.storage_health import STALLED_AFTER_S, StorageHealth
 
 __all__ = ["ClusterMember", "Owner"]
 
@@ -51,12 +54,21 @@ class ClusterMember:
         *,
         on_ring: Callable[[Ring], None],
         on_session_lost: Callable[[], None],
+        health: StorageHealth | None = None,
     ) -> None:
         self.config = config
         self.server_id = config.member_id
         self.url = config.url
         self._on_ring = on_ring
         self._on_session_lost = on_session_lost
+        self.health = health or StorageHealth()
+        # Stepped down (docs/cluster.md, "Storage failure"): out of the ring by our own choice, until the
+        # ring keepers take us back; ``_writable`` is what our registration says.
+        self.stepped_down = False
+        self._writable = True
+        self._writable_since_ms = 0
+        self._published_ok_ms = 0
+        self._staying_logged = False
         retry = KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0)
         self.zk = KazooClient(
             hosts=config.zk,
@@ -75,11 +87,20 @@ class ClusterMember:
     # ---------------------------------------------------------------- lifecycle (blocking: run in a thread)
 
     def start(self, timeout: float = 30.0) -> None:
+        """Connect, register (waiting, if need be, for our id to fall free), watch the ring. :meth:`stop` from
+        another thread (a SIGTERM during start-up) ends the wait: the client closes, and this raises."""
         try:
             _ensure_chroot(self.config.zk, timeout)
-            self.zk.start(timeout=timeout)
         except KazooTimeoutError:
             raise RuntimeError(f"cannot reach ZooKeeper at {self.config.zk} within {timeout:.0f}s") from None
+        connected = self.zk.start_async()
+        give_up = time.monotonic() + timeout
+        while not connected.wait(0.1) or self._stop.is_set():
+            if self._stop.is_set() or time.monotonic() > give_up:
+                self._close_client()
+                if self._stop.is_set():
+                    raise RuntimeError("stopped while connecting to ZooKeeper")
+                raise RuntimeError(f"cannot reach ZooKeeper at {self.config.zk} within {timeout:.0f}s")
         self.zk.add_listener(self._state_changed)
         self._registry = ServerRegistry(self.zk)
         self._ring_store = RingStore(self.zk)
@@ -102,12 +123,7 @@ class ClusterMember:
         while True:
             for candidate in self._identities(waiting=time.monotonic() < adopt_until):
                 try:
-                    self.zk.create(
-                        f"{paths.SERVERS}/{candidate}",
-                        registration(self.url, self.config.kafka_address),
-                        ephemeral=True,
-                        makepath=True,
-                    )
+                    self.zk.create(f"{paths.SERVERS}/{candidate}", self._registration(), ephemeral=True, makepath=True)
                 except NodeExistsError:
                     continue
                 if candidate != self.server_id:
@@ -127,6 +143,18 @@ class ClusterMember:
                 log.warning("waiting for %sserver id %s (held by an earlier session?)", what, self.server_id)
             time.sleep(0.5)
 
+    def _registration(self) -> bytes:
+        state = self.health.state(stall_s=min(STALLED_AFTER_S, self.config.storage_step_down_s or STALLED_AFTER_S))
+        self._published_ok_ms = state.last_ok_ms
+        storage = PeerStorage(self._writable, state.last_ok_ms, state.ok_since_ms)
+        return registration(
+            self.url,
+            self.config.kafka_address,
+            writable=self._writable,
+            since_ms=self._writable_since_ms,
+            storage=storage,
+        )
+
     def _identities(self, *, waiting: bool) -> list[str]:
         """Ids to try registering under, best first: ours if the ring has it (a restart); then ring members
         nobody serves (with adoption on); then, once done ``waiting`` for those, ``server_id`` as new."""
@@ -143,27 +171,43 @@ class ClusterMember:
         """Deregister (after the broker released its partitions); with ``leave``, also take this server off
         the ring so its partitions move now instead of after ``reassign_delay``."""
         self._stop.set()
-        if self._keeper_thread is not None:
+        if self._keeper_thread is not None:  # else stopped during start-up: closing the session is all there is
             self._keeper_thread.join(timeout=5)
-        with contextlib.suppress(KazooException, KazooTimeoutError):
-            # Deregister first: a registered server missing from the ring is one the other servers' ring
-            # keepers add back, so leaving first would race them (and the ring would take us back).
-            self._registry.deregister(self.server_id)
-            if leave:
-                self._leave_ring()
+            with contextlib.suppress(KazooException, KazooTimeoutError):
+                # Deregister first: a registered server missing from the ring is one the other servers' ring
+                # keepers add back, so leaving first would race them (and the ring would take us back).
+                if self.registered:  # never the node of another server that holds our id
+                    self._registry.deregister(self.server_id)
+                if leave:
+                    self._leave_ring()
         self.registered = False
+        self._close_client()
+
+    def _close_client(self) -> None:
+        """Close the ZooKeeper session (its ephemeral nodes go with it); from start() or stop(), even both at once."""
         with contextlib.suppress(KazooException, KazooTimeoutError):
             self.zk.stop()
-        self.zk.close()
+        with contextlib.suppress(Exception):  # "cannot close connection until it is stopped": the other caller's
+            self.zk.close()
 
-    def _leave_ring(self) -> None:
+    def _leave_ring(self, *, stepping_down: bool = False) -> None:
+        """Take this server off the ring: after deregistering (a shutdown), or, ``stepping_down``, while still
+        registered as unable to write (the ring keepers would remove it as well; this is sooner)."""
         for _attempt in range(10):
             ring, version = self._ring_store.read()
-            if self.server_id not in ring.members or self.server_id in self._registry.live():
-                return  # gone already, or adopted by a replacement since we deregistered: it is theirs now
+            if self.server_id not in ring.members:
+                return
+            if stepping_down:
+                if len(ring.members) < 2:
+                    return  # never the last member: an empty ring serves nothing
+            elif self.server_id in self._registry.live():
+                return  # adopted by a replacement since we deregistered: it is theirs now
             members = {m: v for m, v in ring.members.items() if m != self.server_id}
-            if self._ring_store.publish(ring.with_members(members), version):
-                log.info("left the ring (version %d)", ring.version + 1)
+            proposal = ring.with_members(members)
+            if self._ring_store.publish(proposal, version):
+                log.info("left the ring (version %d)", proposal.version)
+                if stepping_down:
+                    self._adopt(proposal, "the step-down")
                 return
 
     # ---------------------------------------------------------------- ZooKeeper callbacks (kazoo's thread)
@@ -172,7 +216,7 @@ class ClusterMember:
         if self._stop.is_set():
             return  # our own stop() closes the session
         if state == KazooState.LOST:
-            log.error("ZooKeeper session lost: releasing every partition; will register again")
+            log.warning("ZooKeeper session lost: releasing every partition; registering again once connected")
             self.registered = False
             self._on_session_lost()
             self._reregister.set()
@@ -224,12 +268,109 @@ class ClusterMember:
                     self._refresh_servers = False
                     self.servers = self._registry.live()
                 if self.registered:
+                    self._keep_registration()
+                if self.registered:
                     self._adopt(keeper.tick(), "the ring keeper")
+                    self.servers = keeper.live  # read by the tick anyway: storage health is in it too
+                    self._consider_storage()
             except (KazooException, KazooTimeoutError, RuntimeError) as exc:
-                log.warning("ring maintenance: %r", exc)
+                # A lost connection or session is said once, by _state_changed; this tick is simply retried.
+                expected = isinstance(exc, EXPECTED_ZOOKEEPER_ERRORS) or not self.zk.connected
+                log.log(logging.INFO if expected else logging.WARNING, "ring maintenance: %r", exc)
                 if not self.registered:
                     self._reregister.set()
             self._stop.wait(self.config.ring_check_s)
+
+    def _keep_registration(self) -> None:
+        """Publish how our storage does (peers decide their step-downs on it), and register again if our node
+        is gone while our session lives (deleted by hand, say): a server missing from the registrations is
+        one the ring keepers remove."""
+        path = f"{paths.SERVERS}/{self.server_id}"
+        try:
+            if self.health.last_ok_ms() - self._published_ok_ms >= 1000:
+                self.zk.set(path, self._registration())
+                return
+            stat = self.zk.exists(path)
+            if stat is None:
+                raise NoNodeError(path)
+        except NoNodeError:
+            log.warning("registration %s is gone although our ZooKeeper session lives: registering again", path)
+            self.registered = False
+            self._register(deadline=time.monotonic() + 3 * self.config.zk_session_timeout_s)
+            return
+        if stat.ephemeralOwner != self.zk.client_id[0]:
+            log.error("registration %s belongs to another ZooKeeper session: another server uses our id", path)
+
+    def _consider_storage(self) -> None:
+        """Step down when our storage has failed for ``storage_step_down_s`` and another ring member can write;
+        once stepped down, tell the ring keepers when our storage works again (they take us back after
+        join_delay). The rule and its failure modes: docs/cluster.md, "Storage failure"."""
+        step_down_s = self.config.storage_step_down_s
+        if step_down_s <= 0:
+            return
+        state = self.health.state(stall_s=min(STALLED_AFTER_S, step_down_s))
+        if self.stepped_down:
+            if self._writable and self.server_id in self.ring.members:
+                self.stepped_down = False
+                log.warning("storage works again: back in the ring (version %d)", self.ring.version)
+                return
+            works = state.failing_s == 0 and state.ok_for_s > 0
+            if works != self._writable:
+                self._set_writable(works)
+                if works:
+                    log.warning(
+                        "storage works again: rejoining the ring after join_delay (%g s)", self.config.join_delay_s
+                    )
+            return
+        if state.failing_s < step_down_s or self.server_id not in self.ring.members:
+            self._staying_logged = False
+            return
+        now_ms = int(time.time() * 1000)
+        peers = {server: info.storage for server, info in self.servers.items()}
+        writers = writers_besides(
+            self.server_id,
+            self.ring.members,
+            peers,
+            now_ms=now_ms,
+            failing_since_ms=now_ms - int(state.failing_s * 1000),
+            fresh_ms=int(1000 * (2 * self.config.storage_probe_s + 2 * self.config.ring_check_s + 1)),
+            margin_ms=int(1000 * STALLED_AFTER_S),
+            sustained_ms=int(1000 * step_down_s),
+        )
+        if not writers:
+            if not self._staying_logged:
+                self._staying_logged = True
+                log.warning(
+                    "storage failing for %.1f s (%s), and no other server has written since: staying in the ring "
+                    "(the storage may be down for everybody)",
+                    state.failing_s,
+                    state.problem,
+                )
+            return
+        log.warning(
+            "storage failing for %.1f s (%s); %s wrote since: stepping down, the partitions move to servers "
+            "that can write",
+            state.failing_s,
+            state.problem,
+            ", ".join(writers),
+        )
+        self.stepped_down = True
+        self._set_writable(False)
+        self._leave_ring(stepping_down=True)
+
+    def _set_writable(self, writable: bool) -> None:
+        self._writable = writable
+        self._writable_since_ms = int(time.time() * 1000) if writable else 0
+        self.zk.set(f"{paths.SERVERS}/{self.server_id}", self._registration())
+
+    def storage_problem(self) -> str | None:
+        """Why this server does not serve partitions because of its storage (for readiness), or None."""
+        if not self.stepped_down:
+            return None
+        state = self.health.state(stall_s=min(STALLED_AFTER_S, self.config.storage_step_down_s))
+        if self._writable:
+            return "stepped down after a storage failure; storage works again, rejoining the ring after join_delay"
+        return f"stepped down: storage failing for {state.failing_s:.1f} s ({state.problem})"
 
     # ---------------------------------------------------------------- ownership
 
@@ -264,6 +405,7 @@ class ClusterMember:
             "ring": {"version": ring.version, "members": dict(sorted(ring.members.items()))},
             "join_delay_s": self.config.join_delay_s,
             "reassign_delay_s": self.config.reassign_delay_s,
+            "stepped_down": self.stepped_down,
             "servers": [
                 {
                     "id": server,
@@ -272,6 +414,7 @@ class ClusterMember:
                     "registered_at": self.servers[server].since if server in self.servers else None,
                     "in_ring": server in ring.members,
                     "vnodes": ring.members.get(server),
+                    "writable": self.servers[server].storage.writable if server in self.servers else None,
                 }
                 for server in ids
             ],

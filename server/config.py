@@ -38,6 +38,10 @@ class ServerConfig:
     io_threads: int = 8  # partition writes (append + flush): a partition's work stays on one thread
     read_threads: int = 4  # partition reads from storage (the tail cache serves recent data without them)
     flush_timeout_s: float = 20.0  # a flush stuck longer (storage hung) abandons the log; the partition reloads
+    # SIGTERM or SIGINT, in any state (starting, serving, shutting down): the server stops accepting, drains open
+    # requests, flushes and seals its partitions and deregisters within this many seconds; what still runs then
+    # (storage or ZooKeeper hung) is abandoned and the process exits with code 124 (server/__main__.py).
+    shutdown_timeout_s: float = 15.0
     producer_state_window_bytes: int = 16 * 1024 * 1024  # log tail read on load to rebuild producer sequences
     # Consumer groups.
     group_offsets_partitions: int = 8  # partitions of __consumer_offsets (fixed once created)
@@ -89,6 +93,10 @@ class ServerConfig:
     join_delay_s: float = 5.0  # a new server joins the ring once registered this long
     reassign_delay_s: float = 30.0  # a vanished server's partitions move only after this long
     ring_check_s: float = 1.0  # how often each server looks at registrations and the ring
+    # A server whose storage operations fail or stall this long steps down (leaves the ring) if another server
+    # can write; it rejoins join_delay after its storage works again (docs/cluster.md). 0: never step down.
+    storage_step_down_s: float = 5.0
+    storage_probe_s: float = 1.0  # an idle server writes a small file this often to know its storage works
     forward_hops: int = 2  # a forwarded request is forwarded at most this many times
     leave_on_shutdown: bool = False  # on SIGTERM leave the ring (partitions move now) instead of a restart
     # Replaceable servers (a Kubernetes Deployment, whose pods get new names): register as a ring member

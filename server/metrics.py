@@ -22,6 +22,8 @@ __all__ = [
     "add_collector",
     "io_pool",
     "loaded",
+    "loop_longest_stall",
+    "loop_stalled",
     "denied",
     "fetched",
     "forwarded",
@@ -129,6 +131,15 @@ _pool_queued_s = Gauge(
 )
 _pool_running_s = Gauge("talos_io_run_seconds", "Seconds storage tasks ran, summed", ["pool"], registry=REGISTRY)
 _pool_queued = Gauge("talos_io_queued", "Storage tasks queued or running now", ["pool"], registry=REGISTRY)
+# Set from the loop watchdog's thread (server.loop_watchdog): prometheus_client's own metrics, which take a lock.
+_loop_stalls = Counter(
+    "talos_event_loop_stalls",
+    "Times the event loop did not run for the watchdog's stall_s or longer (each logged with the loop's stack)",
+    registry=REGISTRY,
+)
+_loop_longest_stall = Gauge(
+    "talos_event_loop_longest_stall_seconds", "The longest event loop stall that ended", registry=REGISTRY
+)
 _denied = Counter(
     "talos_auth_denied",
     "Requests refused: unauthenticated (401), forbidden (403) or not visible to the caller (404)",
@@ -245,6 +256,16 @@ def misdirected() -> None:
 
 def took_over() -> None:
     _takeovers.inc()
+
+
+def loop_stalled() -> None:
+    """The event loop has not run for the watchdog's ``stall_s`` (called from the watchdog's thread)."""
+    _loop_stalls.inc()
+
+
+def loop_longest_stall(seconds: float) -> None:
+    """The longest event loop stall that ended (called from the watchdog's thread)."""
+    _loop_longest_stall.set(seconds)
 
 
 _PRIVATE_LABELS = frozenset({"tenant", "topic", "partition", "group"})

@@ -1,15 +1,21 @@
-"""Server registration: one ephemeral node per live server, gone when its ZooKeeper session ends."""
+"""Server registration: one ephemeral node per live server, gone when its ZooKeeper session ends.
+
+The node holds the server's URL, its Kafka address, and its storage health (``server.coordination.stepdown``):
+whether it can write (False once it stepped down), since when it can again, and its last successful storage
+operation, which its peers take as evidence that the storage works for somebody.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from server.coordination import paths
+from server.coordination.stepdown import PeerStorage
 
 __all__ = ["LiveServer", "ServerRegistry", "registration"]
 
@@ -18,13 +24,26 @@ __all__ = ["LiveServer", "ServerRegistry", "registration"]
 class LiveServer:
     server_id: str
     url: str
-    since: float  # when it registered (ZooKeeper's ctime, seconds): the clock join_delay counts on
+    # When it registered (ZooKeeper's ctime, seconds), or when it could write again after a step-down: the
+    # clock join_delay counts on.
+    since: float
     kafka: str = ""  # HOST:PORT of its Kafka listener ("" when off)
+    storage: PeerStorage = field(default_factory=lambda: PeerStorage(True, 0))
 
 
-def registration(url: str, kafka: str) -> bytes:
-    """A server's registration node: its URL and, when its Kafka listener is on, that address."""
-    return orjson.dumps({"url": url, **({"kafka": kafka} if kafka else {})})
+def registration(
+    url: str, kafka: str, *, writable: bool = True, since_ms: int = 0, storage: PeerStorage | None = None
+) -> bytes:
+    """A server's registration node: its URL, its Kafka address when that listener is on, its storage health."""
+    doc: dict[str, object] = {"url": url, "writable": writable}
+    if storage is not None:
+        doc["storage_ok_ms"] = storage.last_ok_ms
+        doc["storage_ok_since_ms"] = storage.ok_since_ms
+    if kafka:
+        doc["kafka"] = kafka
+    if since_ms:
+        doc["writable_since_ms"] = since_ms
+    return orjson.dumps(doc)
 
 
 class ServerRegistry:
@@ -51,5 +70,11 @@ class ServerRegistry:
             except NoNodeError:
                 continue  # its session ended while we listed
             doc = orjson.loads(data)
-            out[child] = LiveServer(child, str(doc["url"]), stat.ctime / 1000, str(doc.get("kafka") or ""))
+            since = max(stat.ctime, int(doc.get("writable_since_ms") or 0)) / 1000
+            storage = PeerStorage(
+                bool(doc.get("writable", True)),
+                int(doc.get("storage_ok_ms") or 0),
+                int(doc.get("storage_ok_since_ms") or 0),
+            )
+            out[child] = LiveServer(child, str(doc["url"]), since, str(doc.get("kafka") or ""), storage)
         return out

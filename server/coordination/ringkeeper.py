@@ -1,7 +1,8 @@
 """Leaderless ring maintenance: every server runs ``tick()`` now and then; CAS keeps one ring.
 
 Members join once registered for ``join_delay`` and leave once unregistered for ``reassign_delay``
-(``hashring.next_members``). With a traffic source (the metering store) it also reweighs the ring
+(``hashring.next_members``); a member that stepped down (its registration says it cannot write) leaves at once
+and joins again ``join_delay`` after it can. With a traffic source (the metering store) it also reweighs the ring
 every ``reweigh_every_s``. A server remembers since when it has seen each member missing, so the
 member leaves once the earliest observer's delay is over: never sooner than ``reassign_delay`` after it
 disappeared. Registration times are ZooKeeper's (ctime), the same for every observer.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from kazoo.client import KazooClient
 
 from hashring import DEFAULT_VNODES, Ring, next_members, rebalance, worth_publishing
-from server.coordination.registry import ServerRegistry
+from server.coordination.registry import LiveServer, ServerRegistry
 from server.coordination.ringstore import RingStore
 
 __all__ = ["RingKeeper"]
@@ -46,11 +47,12 @@ class RingKeeper:
         self._traffic = traffic
         self._reweigh_every_s = reweigh_every_s
         self._reweighed_at = float("-inf")
+        self.live: dict[str, LiveServer] = {}  # the registrations as the last tick read them
 
     def tick(self) -> Ring:
         """Bring the ring up to date with the registrations; returns the ring now in force."""
         for _attempt in range(10):
-            live = self._registry.live()
+            live = self.live = self._registry.live()
             ring, version = self._store.read()
             now = self._clock()
             for member in ring.members:
@@ -62,12 +64,13 @@ class RingKeeper:
                 del self._missing_since[gone]
             change = next_members(
                 ring,
-                {server: info.since for server, info in live.items()},
+                {server: info.since for server, info in live.items() if info.storage.writable},
                 self._missing_since,
                 now,
                 join_delay=self._join_delay,
                 reassign_delay=self._reassign_delay,
                 vnodes=self._vnodes,
+                stepped_down={server for server, info in live.items() if not info.storage.writable},
             )
             if not change.changed:
                 return self._reweigh(ring, version, now)

@@ -46,6 +46,9 @@ RETRY_PREFIX = "__retry."
 DEAD_LETTER_PREFIX = "__dlq."
 _GRACE_MARGIN_S = 1.0  # beyond the largest session: a heartbeat the old coordinator answered late
 _SIDE_TOPIC_RETENTION_MS = 7 * 24 * 3600 * 1000
+# The group catalog (ZooKeeper, or the storage standalone) is waited for at most this long, on the I/O threads:
+# a join holds its group's lock meanwhile, and a catalog that does not answer must not hold it for ever.
+_CATALOG_WAIT_S = 10.0
 
 TopicPartition = tuple[str, int]
 
@@ -80,6 +83,7 @@ class GroupCoordinator:
         else:
             self._catalog = StorageGroupCatalog(broker.fs, broker.root)
         self._registered: set[str] = set()
+        self._registering: dict[str, asyncio.Future[None]] = {}  # at most one catalog write per name at a time
         broker.ownership_listeners.append(self.release_unowned)
 
     def owner(self, group: str) -> Owner:
@@ -170,7 +174,8 @@ class GroupCoordinator:
         counts = {}
         for topic in topics:
             try:
-                counts[topic] = self._broker.topic(topic).partitions
+                # Known here (the watch; a join looks its topics up): no ZooKeeper read per heartbeat for a deleted one.
+                counts[topic] = self._broker.topic(topic, known_only=True).partitions
             except ApiError:
                 counts[topic] = 0  # deleted: nothing to assign
         return counts
@@ -245,10 +250,21 @@ class GroupCoordinator:
             return self._answer(state, member)
 
     async def register(self, name: str) -> None:
-        """List the group (``GET /v1/groups``), once it is used."""
-        if name not in self._registered:
-            await self._broker.io(self._catalog.register, name)
-            self._registered.add(name)
+        """List the group (``GET /v1/groups``), once it is used. Waited for at most ``_CATALOG_WAIT_S``: then the
+        caller goes on (the group is listed by a later call; the write in flight is not sent again meanwhile)."""
+        if name in self._registered:
+            return
+        writing = self._registering.get(name)
+        if writing is None or writing.done():
+            writing = self._registering[name] = asyncio.ensure_future(self._broker.io(self._catalog.register, name))
+            writing.add_done_callback(_retrieve)
+        try:
+            await asyncio.wait_for(asyncio.shield(writing), _CATALOG_WAIT_S)
+        except TimeoutError:
+            log.warning("group %s: the group catalog did not answer within %g s; listed later", name, _CATALOG_WAIT_S)
+            return
+        self._registered.add(name)
+        self._registering.pop(name, None)
 
     async def heartbeat(self, name: str, member_id: str, owned: list[TopicPartition]) -> dict[str, object]:
         async with self._group(name) as state:
@@ -366,7 +382,16 @@ class GroupCoordinator:
         return snapshot
 
     async def list(self) -> list[str]:
-        return await self._broker.io(self._catalog.list)
+        try:
+            return await asyncio.wait_for(self._broker.io(self._catalog.list), _CATALOG_WAIT_S)
+        except TimeoutError:
+            raise ApiError(
+                503,
+                "GROUP_CATALOG_UNAVAILABLE",
+                f"the group catalog did not answer within {_CATALOG_WAIT_S:g} s; retry",
+                retriable=True,
+                headers={"Retry-After": "1"},
+            ) from None
 
     async def maintain(self) -> None:
         """Expire silent members and rewrite each group's state every ``group_snapshot_interval_s``."""
@@ -378,3 +403,9 @@ class GroupCoordinator:
                     if time.monotonic() - self._snapshot_at.get(name, 0.0) >= interval:
                         await self._append(name, snapshot_record(state))
                         self._snapshot_at[name] = time.monotonic()
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    """A catalog write nobody waits for any more may fail: its exception is not "never retrieved"."""
+    if not future.cancelled():
+        future.exception()

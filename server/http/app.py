@@ -11,18 +11,20 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any
 
 import orjson
 from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
+from kazoo.exceptions import KazooException
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from fencing import OffsetOutOfRangeError
+from fencing import LogError, OffsetOutOfRangeError
 from server import connect_offsets, metrics, portal
 from server import partition_quota as partition_quotas
 from server.broker import Broker
@@ -36,6 +38,7 @@ from server.http.messages import BATCH_CONTENT_TYPE, INT64_MAX
 from server.http.readiness import StorageCheck
 from server.http.reply import as_response, json_response
 from server.kafka.listener import KafkaListener
+from server.loop_watchdog import LoopWatchdog
 from server.portal import pages as portal_pages
 from server.portal.headers import PortalHeaders
 from server.security import api as security_api
@@ -50,9 +53,48 @@ from server.trace import api as trace_api
 from server.trace.service import TraceService
 from server.usage.emitter import UsageEmitter
 
-__all__ = ["create_app", "create_asgi"]
+__all__ = ["Shutdown", "StartupAborted", "create_app", "create_asgi"]
 
 log = logging.getLogger("talos.server")
+
+
+class Shutdown:
+    """The process's stop, shared by its signal handler (server/__main__.py) and the lifespan below.
+
+    The first SIGTERM or SIGINT starts the clock: the drain of open requests, flushing and sealing the partitions
+    and leaving ZooKeeper are over by ``deadline`` (a ``time.monotonic()``), whatever the state the signal found
+    (starting, serving, shutting down); a later signal changes nothing. ``phase`` and ``step`` say where the
+    server is and ``abandoned`` what the deadline cut short: the report when the process has to be ended."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.deadline: float | None = None
+        self.signal = ""
+        self.phase = "starting"  # then serving, draining (open requests), closing (the lifespan), stopped
+        self.step = ""
+        self.abandoned: list[str] = []
+        self.start_aborted = False  # the lifespan failed on purpose: uvicorn's "startup failed" is expected
+
+    @property
+    def begun(self) -> bool:
+        return self.deadline is not None
+
+    def begin(self, reason: str) -> bool:
+        """Start the clock (called from a signal handler: no locks, no logging); False if it runs already."""
+        if self.deadline is not None:
+            return False
+        self.deadline = time.monotonic() + self.timeout_s
+        self.signal = reason
+        if self.phase == "serving":
+            self.phase = "draining"
+        return True
+
+    def remaining(self) -> float:
+        return math.inf if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+
+class StartupAborted(Exception):
+    """A SIGTERM (or SIGINT) came during start-up: the server stopped before serving."""
 
 
 class TopicCreate(BaseModel):
@@ -178,18 +220,45 @@ async def read_request_body(request: Request, limit: int) -> bytes:
     return await read_body(request.receive, limit, request.headers.get("content-length"))
 
 
-def create_asgi(config: ServerConfig) -> FastPath:
+def create_asgi(config: ServerConfig, shutdown: Shutdown | None = None) -> FastPath:
     """The application as served: the fast path for produce/fetch/offsets in front of FastAPI."""
-    app = create_app(config)
+    app = create_app(config, shutdown)
     return FastPath(PortalHeaders(app), app.state.broker_of)  # not app.state.broker: a State lookup per call
 
 
-def create_app(config: ServerConfig) -> FastAPI:
+async def _start_broker(config: ServerConfig, shutdown: Shutdown | None) -> Broker:
+    """``Broker.start``, unless a signal comes first (``shutdown`` begun): then the start-up is cancelled, what it
+    opened is closed within the deadline, and the lifespan fails with :class:`StartupAborted` (uvicorn exits
+    without serving). Start-up may wait long: for ZooKeeper, for our server id, for the storage."""
+    if shutdown is None:
+        return await Broker.start(config)
+    if not shutdown.begun:
+        starting = asyncio.ensure_future(Broker.start(config, deadline=lambda: shutdown.deadline))
+        while not shutdown.begun:  # polled: a signal handler cannot safely wake the loop
+            done, _ = await asyncio.wait({starting}, timeout=0.1)
+            if done:
+                return starting.result()
+        shutdown.step = "cancelling the start-up"
+        starting.cancel()
+        await asyncio.wait({starting}, timeout=shutdown.remaining())
+        if not starting.done():
+            shutdown.abandoned.append("the cancelled start-up (closing what it had opened)")
+        elif not starting.cancelled() and starting.exception() is None:  # it was done as the signal came
+            shutdown.abandoned.extend(await starting.result().close(shutdown.deadline))
+    shutdown.start_aborted = True
+    log.info("%s during start-up: stopped before serving", shutdown.signal)
+    raise StartupAborted(f"{shutdown.signal} during start-up")
+
+
+def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAPI:
+    """The FastAPI application; ``shutdown`` (``python -m server``) bounds its start-up and shutdown by the
+    signals' deadline (else the shutdown gets ``shutdown_timeout_s`` from its start)."""
     broker_holder: dict[str, Broker] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        broker = await Broker.start(config)
+        watchdog = LoopWatchdog().start()  # logs what blocks the event loop, with its stack (issue 35)
+        broker = await _start_broker(config, shutdown)
         broker_holder["broker"] = broker
         app.state.broker = broker
         app.state.storage_check = StorageCheck(lambda: broker.fs.exists(broker.root))
@@ -212,19 +281,49 @@ def create_app(config: ServerConfig) -> FastAPI:
             log.info("server %s at %s: storage %s, zk %s", config.member_id, config.url, config.storage, config.zk)
         else:
             log.info("talos serving storage %s", config.storage)
+        if shutdown is not None:
+            shutdown.phase = "draining" if shutdown.begun else "serving"
         try:
             yield
         finally:
+            # Every step is over by the deadline; one still running then (storage or ZooKeeper hung) is given up.
+            end = shutdown.deadline if shutdown is not None and shutdown.deadline is not None else None
+            if end is None:
+                end = time.monotonic() + config.shutdown_timeout_s
+            end -= min(1.0, 0.1 * config.shutdown_timeout_s)  # left for uvicorn and the process to end
+            services_end = time.monotonic() + max(0.0, end - time.monotonic()) * 0.3  # the broker gets the rest
+            abandoned: list[str] = []
+            if shutdown is not None:
+                shutdown.phase = "closing"
+
+            async def step(what: str, closing: Awaitable[object]) -> None:
+                if shutdown is not None:
+                    shutdown.step = what
+                task = asyncio.ensure_future(closing)
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, services_end - time.monotonic()))
+                if not done:
+                    task.cancel()
+                    abandoned.append(what)
+                    log.warning("shutdown: gave up %s (the shutdown deadline)", what)
+                elif not task.cancelled() and task.exception() is not None:
+                    log.warning("shutdown: %s failed: %r", what, task.exception())
+
             if kafka is not None:
-                await kafka.close()
+                await step("closing the Kafka listener", kafka.close())
             maintenance.cancel()
             refreshing.cancel()
             if emitting is not None:
                 emitting.cancel()
-                await emitter.close()
-            await subscriptions.close()
-            await tracing.close()
-            await broker.close()
+                await step("writing the last usage records", emitter.close())
+            await step("closing push subscriptions", subscriptions.close())
+            await step("writing the last trace events", tracing.close())
+            if shutdown is not None:
+                shutdown.step = "closing the broker (partitions, ZooKeeper, I/O threads)"
+            abandoned += await broker.close(end)
+            if shutdown is not None:
+                shutdown.abandoned += abandoned
+                shutdown.phase, shutdown.step = "stopped", ""
+            watchdog.stop()
 
     app = FastAPI(
         title="Talos",
@@ -278,6 +377,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         cluster = broker().cluster
         if cluster is not None and not (cluster.registered and cluster.zk.connected):
             return error_response(ApiError(503, "NOT_READY", "not registered in ZooKeeper", retriable=True))
+        stepped_down = cluster.storage_problem() if cluster is not None else None
+        if stepped_down is not None:
+            return error_response(ApiError(503, "NOT_READY", stepped_down, retriable=True))
         return json_response({"status": "ready"})
 
     # ---------------------------------------------------------------- cluster
@@ -560,6 +662,8 @@ async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions
             await broker.maintain()
             await coordinator.maintain()
             await subscriptions.maintain()
+        except (KazooException, ApiError, LogError) as exc:  # ZooKeeper or the storage away: next time
+            log.warning("maintenance stopped early, retried in %g s: %r", broker.config.maintenance_interval_s, exc)
         except Exception:
             log.exception("maintenance failed")
         log.debug("maintenance took %.3fs", time.monotonic() - started)

@@ -34,18 +34,34 @@ def _unavailable(code: str, message: str) -> ApiError:
 
 
 class Forwarder:
-    def __init__(self, *, max_hops: int, timeout_s: float, pool_size: int = 64, admin_token: str = "") -> None:
+    """``pool_size``: connections per owner. There is no cap over all owners: an owner that does not answer (cut
+    off) holds at most its own ``pool_size`` until their requests time out, and forwards to the others go on.
+    ``connect_timeout_s``: an owner that does not accept a connection in that time is unreachable (a 503 the
+    client retries) without waiting out the whole ``timeout_s``."""
+
+    def __init__(
+        self,
+        *,
+        max_hops: int,
+        timeout_s: float,
+        pool_size: int = 64,
+        admin_token: str = "",
+        connect_timeout_s: float = 5.0,
+    ) -> None:
         self._max_hops = max_hops
         # The servers' own requests (internal topics, group coordination) carry no client's token: they
         # go as the admin, on behalf of the tenant named in x-talos-tenant, if any.
         self._own_authorization = f"Bearer {admin_token}" if admin_token else None
         self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=self._pool_size)
+            # limit=0: no cap over all owners (with limit == limit_per_host, one owner cut off took every
+            # connection and stalled the forwards to the others until its requests timed out).
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self._pool_size)
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return self._session
 
@@ -93,7 +109,9 @@ class Forwarder:
                 params=dict(query),
                 data=body,
                 headers=out,
-                timeout=aiohttp.ClientTimeout(total=self._timeout_s + extra_timeout_s),
+                timeout=aiohttp.ClientTimeout(
+                    total=self._timeout_s + extra_timeout_s, sock_connect=self._connect_timeout_s
+                ),
             ) as answer:
                 data = await answer.read()
                 passed = {k: v for k, v in answer.headers.items() if k.lower().startswith("x-talos-")}

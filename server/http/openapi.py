@@ -46,10 +46,16 @@ _DESCRIPTIONS = {
     401: "No token, or an unknown or revoked one (auth on)",
     403: "The token's tenant may not do this",
     404: "Unknown (or, for a tenant, not visible) topic, partition, group, member, tenant, token or request",
-    409: "Conflict: exists already, fenced, out of sequence, not the holder, session changed, already decided",
+    409: (
+        "Conflict: exists already, fenced, out of sequence, not the holder, session changed, already decided, "
+        "at a cap (tokens, groups, pending requests), or the security settings changed concurrently (retry)"
+    ),
     413: "Request body, or a message, over the limit",
     416: "Offset out of range (the error carries earliest and latest)",
-    421: "Not the partition's owner and the client asked for direct routing (x-talos-route: direct)",
+    421: (
+        "Not the owner of the partition (or the coordinator of the group or subscription) and the client asked "
+        "for direct routing (x-talos-route: direct)"
+    ),
     429: "Over a quota or a cap; retry after Retry-After",
     503: "Storage, ownership or the coordinator is unavailable for now; retry after Retry-After",
 }
@@ -68,48 +74,65 @@ _WRITES = frozenset({"post", "put", "patch", "delete"})
 
 @dataclass(frozen=True, slots=True)
 class StatusRule:
-    """Operations whose path template starts with ``prefix`` (and whose method is in ``methods``, when
-    given) can answer ``statuses``."""
+    """Operations whose path template starts with ``prefix`` (is ``prefix``, when ``exact``; and whose
+    method is in ``methods``, when given) can answer ``statuses``."""
 
     prefix: str
     statuses: frozenset[int]
     methods: frozenset[str] = _ANY_METHOD
+    exact: bool = False
 
     def applies(self, path: str, method: str) -> bool:
-        return path.startswith(self.prefix) and (not self.methods or method in self.methods)
+        matches = path == self.prefix if self.exact else path.startswith(self.prefix)
+        return matches and (not self.methods or method in self.methods)
 
 
-def _rule(prefix: str, statuses: set[int], methods: set[str] | frozenset[str] = _ANY_METHOD) -> StatusRule:
-    return StatusRule(prefix, frozenset(statuses), frozenset(methods))
+def _rule(
+    prefix: str, statuses: set[int], methods: set[str] | frozenset[str] = _ANY_METHOD, *, exact: bool = False
+) -> StatusRule:
+    return StatusRule(prefix, frozenset(statuses), frozenset(methods), exact)
 
 
-# Beside these, statuses_for adds: 413 everywhere (the body limit applies before routing); 401 on every
-# path that is not public; 400 where an operation takes parameters or a body; 404 where its path names
-# an object; 503 on every write under /v1/ (the security document, topic metadata and logs are storage).
+# Beside these, statuses_for adds: 413 everywhere (the body limit applies before routing); 401 and 503 on
+# every path that is not public (a token is checked against the security document, on storage); 400 where an
+# operation takes parameters or a body; 404 where its path names an object; 503 on every write under /v1/
+# (the security document, topic metadata and logs are storage).
 RULES: tuple[StatusRule, ...] = (
     _rule("/readyz", {503}),
+    _rule("/metrics", {503}),  # a bearer token, if sent, is checked (the admin's sees labelled series)
     _rule("/v1/", {403}),  # a tenant at an admin-only call, or at an object it may not use
     _rule("/v1/routes", {404, 503}),  # ?topic= names a topic
     _rule("/v1/topics", {404, 409, 429}, {"post"}),  # unknown tenant; exists; partition quota
     _rule("/v1/topics/", {503}),  # partitions load from storage (and move, in a cluster)
     _rule("/v1/topics/", {409}, {"post"}),  # produce: producer fenced, out of sequence, session changed
     _rule("/v1/topics/", {429}, {"patch"}),  # partition quota
+    _rule("/v1/topics/{topic}", {409}, {"delete"}, exact=True),  # its grants go: a security document write
     _rule("/v1/topics/{topic}/messages", {429}),  # rate quotas
     _rule("/v1/topics/{topic}/partitions/", {421, 429}),  # direct routing; rate quotas
     _rule("/v1/topics/{topic}/partitions/{partition}/messages", {416}, {"get"}),
     _rule("/v1/producers", {404, 409, 429}),  # unknown or another tenant's id; fenced; quota
     _rule("/v1/groups/", {409, 503}),  # unknown member is 409 (join again); a moving coordinator is 503
+    _rule("/v1/groups/", {421}),  # relayed to the group's coordinator: refused under direct routing
     _rule("/v1/groups/{group}/members", {429}, {"post"}),  # joins create retry/DLQ partitions: partition quota
-    _rule("/v1/tenants", {409}, _WRITES),  # exists; still owns topics
-    _rule("/v1/tenants/{tenant}/tokens", {429}, {"post"}),  # tokens per tenant are capped
+    # Every write of the security document is 409 CONFLICT when other servers' writes keep winning the race.
+    _rule("/v1/tenants", {409}, _WRITES),  # exists; still owns topics; tokens per tenant are capped
+    _rule("/v1/tenants/{tenant}/tokens", {429}, {"post"}),  # a tenant making tokens too fast
     _rule("/v1/acls", {404}, _WRITES),  # unknown topic, tenant or grant
-    _rule("/v1/quota-requests", {404, 429}, {"post"}),  # unknown topic or tenant; pending requests are capped
+    _rule("/v1/acls", {409}, _WRITES),
+    _rule("/v1/quotas/", {409}, _WRITES),
+    # unknown topic or tenant; pending requests are capped (409); a tenant asking too fast (429)
+    _rule("/v1/quota-requests", {404, 409, 429}, {"post"}, exact=True),
     _rule("/v1/quota-requests/", {409}, {"post"}),  # decided already
     _rule("/v1/audit", {503}),  # read from the audit topic
     _rule("/v1/connectors", {503}),  # kept in an internal topic
     _rule("/v1/connectors", {429}, _WRITES),  # written on the tenant's behalf: its quotas apply
     _rule("/v1/connectors/", {409}, _WRITES),  # a fenced (zombie) task's checkpoint
     _rule("/v1/topics/{topic}/fence", {421, 429}),  # each partition's fence: direct routing; rate quotas
+    # Make: unknown topic; exists; relayed to its coordinator (refused under direct routing); the state and
+    # dead-letter topics count against the partition quota, and a tenant making them too fast is limited.
+    _rule("/v1/subscriptions", {404, 409, 421, 429}, {"post"}, exact=True),
+    # Relayed to the coordinator (direct routing: 421), which loads the state from storage or is moving (503).
+    _rule("/v1/subscriptions/", {421, 503}),
 )
 
 
@@ -129,7 +152,9 @@ def statuses_for(path: str, method: str, operation: dict[str, Any]) -> set[int]:
     if any(p.get("in") == "path" for p in parameters):
         statuses.add(404)
     if not _public(path):
-        statuses.add(401)
+        # 401; and 503 when a token this server does not know yet must be looked up in the security
+        # document (storage) and that cannot be read now.
+        statuses |= {401, 503}
     if path.startswith("/v1/") and method in _WRITES:
         statuses.add(503)
     return statuses

@@ -29,6 +29,7 @@ from server import metrics
 from server.errors import ApiError
 from server.partition.producers import Duplicate, ProducerStates
 from server.partition.tailcache import PartitionTail
+from server.storage_health import StorageHealth
 from talos import BatchError, BatchHeader, decode_records, iter_batches, read_header
 
 log = logging.getLogger("talos.server")
@@ -139,6 +140,7 @@ class LoadedPartition:
         epochs: Epochs | None = None,
         flush_timeout_s: float = 20.0,
         version: int = 0,
+        health: StorageHealth | None = None,
     ) -> None:
         self.topic = topic
         self.index = index
@@ -163,7 +165,8 @@ class LoadedPartition:
         # A flush that never returns (an HDFS pipeline waiting on a DataNode that restarted) must not hold
         # the partition forever: past the timeout the log is abandoned, never touched again (its thread may
         # still be inside it), and the broker takes the partition over anew, which recovers the lease.
-        self.abandoned: StorageError | None = None
+        self.abandoned: LogError | None = None
+        self._health = health or StorageHealth()  # told of every flush: the server steps down on its evidence
 
     @property
     def failed(self) -> bool:
@@ -284,16 +287,41 @@ class LoadedPartition:
             # wait (_GroupFuture), so every group still open is answered here.
             for left in (group, self._group):
                 if left is not None and not left.future.done():
-                    left.future.set_exception(LogError("commit stopped"))
+                    left.future.set_exception(self.abandoned or LogError("commit stopped"))
             self._group = None
 
     def _flush(self, check_owner: bool) -> int:
         """In an I/O thread: one write and one sync for everything appended so far. Returns the durable offset."""
         self.flushes += 1
-        durable = self.log.flush()
+        # Only a flush that writes tells how the storage does: one with nothing to write, or on a log that
+        # failed before, returns without asking it.
+        token = self._health.begin(f"a flush of {self.topic}/{self.index}") if self.log.pending else None
+        try:
+            durable = self.log.flush()
+        except (StorageError, FencedError) as exc:
+            if token is not None:  # fenced: a newer owner, but the storage answered
+                self._health.end(token, None if isinstance(exc, FencedError) else exc)
+            raise
+        except BaseException:
+            if token is not None:
+                self._health.forget(token)
+            raise
+        if token is not None:
+            self._health.end(token)
         if check_owner:
             self.log.check_owner()  # a load that lost the partition must not answer a fence
         return durable
+
+    def abandon(self, error: LogError) -> None:
+        """Stop serving now, without touching the storage (it is failing, or the partition moved): the commit
+        in flight and every write waiting are answered with ``error`` (retriable for clients) at once, not
+        after the flush's timeout; the log object is never used again (its thread may be stuck inside it)."""
+        if self.abandoned is None:
+            self.abandoned = error
+        if self._commit_task is not None:
+            self._commit_task.cancel()
+        self.tail.clear()
+        self._data.set()
 
     def _newest_epoch(self, producer_id: int, epoch: int) -> int | None:
         """In an I/O thread, the first write of a producer since this load: the allocator's newest epoch of it,
@@ -342,7 +370,7 @@ class LoadedPartition:
             except TimeoutError:
                 return
             if self.failed:
-                raise as_api_error(self.log.failed or LogError("failed"))
+                raise as_api_error(self.abandoned or self.log.failed or LogError("failed"))
 
     async def on_read_pool(self, function: Callable[..., T], *args: object) -> T:
         """Run a read's blocking or CPU work (storage reads, decompressing a fetch's batches) on the read pool,
@@ -372,6 +400,9 @@ class LoadedPartition:
 
     async def close(self, *, seal: bool = True) -> None:
         """Answer what is queued, flush, stop; long polls wake up and see the partition gone."""
+        if self.abandoned is not None:
+            self.abandon(self.abandoned)
+            return
         while self._commit_task is not None:
             await asyncio.wait([self._commit_task])
         try:

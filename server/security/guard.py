@@ -27,12 +27,14 @@ from server.security.store import SecurityStore
 from server.security.tokens import parse_token, verify
 from server.topics import TopicConfig, unknown_topic
 
-__all__ = ["MAX_HOLD_S", "Security", "Topology", "allowance", "pay", "unauthenticated"]
+__all__ = ["MAX_HOLD_S", "RELOAD_WAIT_S", "Security", "Topology", "allowance", "pay", "unauthenticated"]
 
 log = logging.getLogger("talos.security")
 T = TypeVar("T")
 _SHARE_TTL_S = 5.0
 _RELOAD_GAP_S = 1.0
+# A request waits at most this long for a re-read of the document (the storage, or the I/O threads, stuck): then 503.
+RELOAD_WAIT_S = 10.0
 MAX_HOLD_S = 10.0  # well inside the SDK's 30 s request timeout
 _BYTES_RESOURCE = {"produce": "produce_bytes_per_s", "fetch": "fetch_bytes_per_s"}
 # Calls that each write the security document (making a token, asking for quota, signing out of the portal):
@@ -66,6 +68,7 @@ class Security:
         self._last_reload = 0.0  # when the latest re-read started
         self._fresh_as_of = 0.0  # the start of the latest re-read that finished: state is at least that new
         self._reload_lock = asyncio.Lock()
+        self._reading: asyncio.Future[SecurityState] | None = None  # the re-read in flight
         self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
         self._shares: dict[tuple[str, str], tuple[float, float]] = {}  # (scope, name) → (share, computed at)
 
@@ -73,6 +76,15 @@ class Security:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
 
     async def reload(self) -> SecurityState:
+        """Re-read the document; if a re-read is in flight, wait for that one: never two at a time, so a storage
+        that does not answer holds one I/O thread, not one per request that waits (with a bound) for it."""
+        reading = self._reading
+        if reading is None or reading.done():
+            reading = self._reading = asyncio.ensure_future(self._read())
+            reading.add_done_callback(_retrieve)
+        return await asyncio.shield(reading)
+
+    async def _read(self) -> SecurityState:
         started = self._last_reload = time.monotonic()
         state = await self._io(self._store.load)
         if state.version >= self.state.version:
@@ -87,16 +99,28 @@ class Security:
         return self.state
 
     async def _reload_since(self, asked_at: float) -> None:
-        """Make the state at least as new as ``asked_at``, re-reading at most once per gap."""
-        async with self._reload_lock:
-            if self._fresh_as_of >= asked_at:
-                return  # a re-read that started after the question has finished meanwhile
-            wait = self._last_reload + _RELOAD_GAP_S - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        """Make the state at least as new as ``asked_at``, re-reading at most once per gap; 503 if that takes over
+        :data:`RELOAD_WAIT_S` (waiting for the lock included: requests queue behind a re-read that hangs)."""
+        try:
+            async with asyncio.timeout(RELOAD_WAIT_S), self._reload_lock:
                 if self._fresh_as_of >= asked_at:
-                    return
-            await self.reload()
+                    return  # a re-read that started after the question has finished meanwhile
+                wait = self._last_reload + _RELOAD_GAP_S - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    if self._fresh_as_of >= asked_at:
+                        return
+                await self.reload()
+                if self._fresh_as_of < asked_at:  # it joined a re-read (periodic) that began before the question
+                    await self.reload()
+        except TimeoutError:
+            raise ApiError(
+                503,
+                "SECURITY_UNAVAILABLE",
+                f"the security settings could not be re-read within {RELOAD_WAIT_S:g} s to check the token; retry",
+                retriable=True,
+                headers={"Retry-After": "1"},
+            ) from None
 
     async def run(self) -> None:
         """Re-read the document now and then (changes made on other servers)."""
@@ -289,3 +313,9 @@ async def pay(buckets: list[TokenBucket], cost: int) -> None:
         hold = max(hold, bucket.wait(now))
     if hold > 0:
         await asyncio.sleep(min(hold, MAX_HOLD_S))
+
+
+def _retrieve(future: asyncio.Future[SecurityState]) -> None:
+    """A re-read nobody waits for any more may fail: its exception is not "never retrieved"."""
+    if not future.cancelled():
+        future.exception()

@@ -26,7 +26,7 @@ from server.http.reply import answer_of, json_response
 from server.security.access import Principal
 from server.subscriptions.coordinator import SubscriptionCoordinator, new_holder
 from server.subscriptions.link import CoordinatorLink, active_for, authorize
-from server.subscriptions.records import STATE_PREFIX, Settings, validate_subscription_name
+from server.subscriptions.records import STATE_PREFIX, SUBSCRIPTION_NAME, Settings, validate_subscription_name
 from server.subscriptions.session import MAX_WINDOW, Session, error_frame
 
 __all__ = ["router"]
@@ -37,7 +37,11 @@ router = APIRouter(tags=["subscriptions"])
 
 
 class SubscriptionCreate(BaseModel):
-    name: str = Field(description="1-200 of A-Z a-z 0-9 . _ -, not starting with . _ -")
+    name: str = Field(
+        description="1-200 of A-Z a-z 0-9 . _ -, not starting with . _ -",
+        # Documented, not checked here: validate_subscription_name answers a bad name with its own error code.
+        json_schema_extra={"pattern": SUBSCRIPTION_NAME.pattern},
+    )
     topic: str
     ack_timeout_ms: int = Field(
         30_000, ge=100, le=12 * 3600 * 1000, description="unacknowledged this long: redelivered"

@@ -202,14 +202,18 @@ class Subscription:
         for decoded in decode_batches(reply.body, verify=False, max_decompressed=limit):
             if decoded.error is not None:  # a damaged stored batch: nobody can read it, so nobody gets it
                 for offset in range(max(decoded.header.base_offset, ledger.end), decoded.header.next_offset):
-                    ledger.admit(offset, None)
-                    ledger.settle(offset, DEAD)
+                    if ledger.admit(offset, None):  # not one settled already (by a recovered lease's ack)
+                        ledger.settle(offset, DEAD)
                 continue
             for record in decoded.records:
                 if record.offset >= ledger.end and ledger.admit(record.offset, record.key):
                     held[record.offset] = record
                     self.buffered[partition] += len(record.value or b"") + len(record.key or b"")
                     added = True
+                    if ledger.entries[record.offset].dead:
+                        # Recovered waiting for its dead letter: the snapshot was written while the letter
+                        # was, and the crash came before it was. Only now is its record here to write.
+                        self._dead.append((partition, record.offset))
         if added:
             self._notify()
 
@@ -290,8 +294,9 @@ class Subscription:
     async def settle(self, holder: str, op: str, items: Iterable[tuple[int, int, int]], ms: int = 0) -> list[str]:
         """Acknowledge (``ack``), give back (``nack``, delivered again after ``ms``) or extend (``extend``: the
         lease ends ``ms``, 0: the ack timeout, from now) delivered messages, each ``(partition, offset,
-        delivery)``; a status for each: ``ok``, ``stale`` (another delivery has it now) or ``unknown``.
-        Confirmed once written."""
+        delivery)``; a status for each: ``ok``, ``stale`` (that delivery is over) or ``unknown`` (never
+        delivered, or no such partition). Confirmed once written. Leases recovered from the snapshot are
+        settled before the readers reach them (``Ledger``)."""
         if self.failed is not None:
             raise self.failed
         if op == "extend" and not ms:

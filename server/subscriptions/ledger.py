@@ -8,6 +8,10 @@ acknowledgement that settled it) or an :class:`Entry`: ready to deliver (fresh, 
 out) or leased to a subscriber until a deadline. A delivery's receipt is its delivery count, so an
 acknowledgement from a delivery that has since timed out and gone to someone else is told apart ("stale")
 from the acknowledgement of the current one: at most one acknowledgement per message is ever confirmed.
+
+A ledger recovered from a snapshot starts with ``end`` at the floor, but its settled offsets and entries
+(leases, nacked messages) may lie past ``end``: they are settled by their receipts at once, and wait there
+until the coordinator reads their offsets again, to be delivered (or skipped, if settled) in order.
 """
 
 from __future__ import annotations
@@ -168,17 +172,14 @@ class Ledger:
     # ------------------------------------------------------------------ settling
 
     def ack(self, offset: int, receipt: int) -> str:
-        """Settle a delivered message: OK if ``receipt`` is its current delivery (or the one that settled
-        it), STALE if another delivery has it now, UNKNOWN if the offset was never delivered."""
-        if offset in self.settled:
-            return OK if self.settled[offset] == receipt else STALE
-        entry = self.entries.get(offset)
-        if entry is None or offset >= self.end:
-            if offset < self.floor and offset in self.recent:
-                return OK if self.recent[offset] == receipt else STALE
-            return STALE if offset < self.floor else UNKNOWN
-        if entry.dead or entry.deliveries != receipt or receipt == 0:
-            return STALE
+        """Settle a delivered message: OK if ``receipt`` is its current delivery (or the one that settled it),
+        STALE if it was delivered but that delivery is over (another has it, it is dead or settled otherwise),
+        UNKNOWN if no delivery of it is known."""
+        if offset in self.settled or offset < self.floor:
+            return self._settled_status(offset, receipt)
+        entry = self._current(offset, receipt)
+        if not isinstance(entry, Entry):
+            return entry
         self.settle(offset, receipt)
         return OK
 
@@ -191,15 +192,17 @@ class Ledger:
     def nack(self, offset: int, receipt: int, now_ms: int, delay_ms: int) -> str:
         """Give a leased message back, to be delivered again after ``delay_ms``."""
         entry = self._current(offset, receipt)
-        if entry is None:
-            return STALE
+        if not isinstance(entry, Entry):
+            return entry
         entry.leased, entry.until_ms, entry.holder = False, now_ms + delay_ms, None
         return OK
 
     def extend(self, offset: int, receipt: int, now_ms: int, extra_ms: int) -> str:
         """Move a leased message's deadline to ``extra_ms`` from now."""
         entry = self._current(offset, receipt)
-        if entry is None or not entry.leased:
+        if not isinstance(entry, Entry):
+            return entry
+        if not entry.leased:  # given back already: the delivery is over
             return STALE
         entry.until_ms = now_ms + extra_ms
         return OK
@@ -213,11 +216,29 @@ class Ledger:
                 count += 1
         return count
 
-    def _current(self, offset: int, receipt: int) -> Entry | None:
+    def _current(self, offset: int, receipt: int) -> Entry | str:
+        """The unsettled entry whose current delivery ``receipt`` is, else the status that answers it.
+
+        An entry may lie at or past ``end``: a lease recovered from a snapshot, whose offset the coordinator
+        has not read again yet. Its delivery is as real as before the restart, so it is settled, given back or
+        extended by its receipt at once (the subscriber reconnects and acknowledges long before a slow read
+        catches up, and its lease would otherwise run out and the message go out again). Settled there, the
+        offset is skipped when it is read (``admit``); given back, it waits there and is delivered in order
+        once read; an offset past ``end`` that is not an entry was never delivered."""
+        if offset in self.settled or offset < self.floor:
+            return STALE  # the delivery is over: the message is settled
         entry = self.entries.get(offset)
-        if entry is None or offset >= self.end or entry.dead or entry.deliveries != receipt:
-            return None
+        if entry is None or not entry.deliveries:
+            return UNKNOWN
+        if entry.dead or entry.deliveries != receipt:
+            return STALE
         return entry
+
+    def _settled_status(self, offset: int, receipt: int) -> str:
+        """An acknowledgement of a settled offset: OK again for the delivery that settled it (a resend whose
+        answer was lost); STALE for any other, or once its receipt is no longer kept."""
+        known = self.settled.get(offset) if offset in self.settled else self.recent.get(offset)
+        return OK if known is not None and known == receipt and receipt > 0 else STALE
 
     def _advance(self) -> None:
         while self.floor in self.settled and self.floor < self.end:

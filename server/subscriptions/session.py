@@ -7,8 +7,9 @@ Frames are JSON text. The server sends:
   headers, delivery}, ...]}``: what one pull leased, in one frame rather than one per message, since a frame's
   cost in the server's WebSocket layer was most of a pushed message's;
 - ``{"type": "settled", "op", "results": [{partition, offset, delivery, status}]}`` once the coordinator has
-  written what the subscriber settled (status ``ok``; ``stale``: the message went to another subscriber
-  meanwhile; ``unknown``; or ``error`` with ``error``, to send again);
+  written what the subscriber settled (status ``ok``; ``stale``: that delivery is over, the message went out
+  again or was settled otherwise; ``unknown``: never delivered; or ``error`` with ``error``, to send again if
+  retriable; docs/subscriptions.md, "Settlement statuses");
 - ``{"type": "error", "error": {code, message, retriable}}``.
 
 The subscriber sends ``{"type": "ack" | "nack" | "extend", partition, offset, delivery}`` or the same with

@@ -112,7 +112,8 @@ class TraceIndexes:
             await asyncio.sleep(_KEEP_WARM_S)
             broker = self._broker
             try:
-                topic = broker.topic(TRACE_TOPIC)
+                # What this server knows: no ZooKeeper read on the event loop every few seconds while nothing is traced.
+                topic = broker.topic(TRACE_TOPIC, known_only=True)
             except ApiError:
                 continue  # nothing traced yet
             prune = time.monotonic() - pruned_at > 3600

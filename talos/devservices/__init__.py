@@ -20,7 +20,14 @@ from talos.devservices._cluster import (
 )
 from talos.devservices._hadoop import HADOOP_VERSION, cache_dir, ensure_hadoop
 from talos.devservices._hdfs import HdfsCluster
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, free_port_range, wait_until
+from talos.devservices._process import (
+    ManagedProcess,
+    ServiceError,
+    free_port,
+    free_port_range,
+    shutdown_wait_s,
+    wait_until,
+)
 from talos.devservices._search import SearchServer
 from talos.devservices._standalone import StandaloneServer
 from talos.devservices._zookeeper import ZooKeeperServer
@@ -43,6 +50,7 @@ __all__ = [
     "recorded_alive",
     "recorded_cluster",
     "relaunch",
+    "shutdown_wait_s",
     "stop_recorded_cluster",
     "wait_until",
 ]

@@ -25,6 +25,7 @@ from talos.devservices._process import (
     ServiceError,
     free_port_range,
     in_netns,
+    shutdown_wait_s,
     wait_http_ready,
     wait_until,
 )
@@ -178,9 +179,10 @@ class ClusterServer:
             self.process.terminate()
 
     def stop(self) -> None:
-        """SIGTERM (graceful: flush, seal, deregister), SIGKILL after 15 s."""
+        """SIGTERM (graceful: flush, seal, deregister), SIGKILL if still running after its shutdown deadline and a
+        slack."""
         if self.process is not None:
-            self.process.stop(timeout=15)
+            self.process.stop(timeout=shutdown_wait_s(self.process.env))
 
     def pause(self) -> None:
         if self.process is not None:
@@ -416,7 +418,10 @@ def stop_recorded_cluster(base_dir: Path) -> list[str]:
     assert isinstance(servers, list)
     # Servers first, all at once (their graceful shutdown still needs ZooKeeper and HDFS), then the services.
     recorded = [(int(s["pid"]), f"--server-id {s['id']}", f"server {s['id']}") for s in servers if s.get("pid")]
-    ended = _terminate([(pid, marker) for pid, marker, _name in recorded])
+    processes = state.get("processes", {})
+    envs = [entry.get("env") or {} for entry in processes.values()] if isinstance(processes, dict) else []
+    wait_s = max([shutdown_wait_s({**os.environ, **env}) for env in envs] or [shutdown_wait_s()])
+    ended = _terminate([(pid, marker) for pid, marker, _name in recorded], timeout=wait_s)
     stopped += [name for pid, _marker, name in recorded if pid in ended]
     services: list[tuple[int, str, str]] = []
     hdfs = state.get("hdfs")

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -18,9 +18,25 @@ __all__ = [
     "free_port",
     "free_port_range",
     "in_netns",
+    "shutdown_wait_s",
     "wait_http_ready",
     "wait_until",
 ]
+
+# A Talos server exits by its shutdown deadline after SIGTERM (shutdown_timeout_s, server/config.py), stuck or not;
+# its stopper waits that long and this much more before SIGKILL.
+SHUTDOWN_SLACK_S = 5.0
+
+
+def shutdown_wait_s(env: Mapping[str, str] | None = None) -> float:
+    """Seconds to wait after SIGTERM for a Talos server started with ``env`` before SIGKILL: its shutdown
+    deadline (``TALOS_SHUTDOWN_TIMEOUT_S``, default 15 s) and a slack."""
+    raw = (os.environ if env is None else env).get("TALOS_SHUTDOWN_TIMEOUT_S", "")
+    try:
+        deadline = float(raw) if raw.strip() else 15.0
+    except ValueError:
+        deadline = 15.0
+    return deadline + SHUTDOWN_SLACK_S
 
 
 class ServiceError(RuntimeError):
@@ -131,6 +147,13 @@ class ManagedProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)  # a paused child cannot handle SIGTERM
             self.process.terminate()
+
+    def wait(self, timeout: float) -> int:
+        """The exit status once the process has ended (negative: the signal that ended it), reaped; raises
+        ``subprocess.TimeoutExpired`` if it still runs after ``timeout``."""
+        if self.process is None:
+            raise ServiceError(f"{self.name} is not running")
+        return self.process.wait(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; always reaps the child."""

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from talos.devservices._process import ManagedProcess, free_port, wait_http_ready
+from talos.devservices._process import ManagedProcess, free_port, shutdown_wait_s, wait_http_ready
 
 __all__ = ["StandaloneServer"]
 
@@ -67,6 +67,6 @@ class StandaloneServer:
             self.process.kill()
 
     def stop(self) -> None:
-        """SIGTERM (graceful: flush and seal), SIGKILL after 10 s."""
+        """SIGTERM (graceful: flush and seal), SIGKILL if still running after its shutdown deadline and a slack."""
         if self.process is not None:
-            self.process.stop()
+            self.process.stop(timeout=shutdown_wait_s(self.process.env))

@@ -5,10 +5,14 @@ Every process is stopped by PID in ``stop``, also after a failed ``start``."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import secrets
+import threading
+import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from talos.devservices import ClusterServer, HdfsCluster, ZooKeeperServer, free_port, wait_until
@@ -98,3 +102,144 @@ class NetCluster:
             what="all three servers in every ring",
             interval=0.25,
         )
+
+
+@dataclasses.dataclass
+class Silence:
+    """A time ``server`` gave no answer to ``/healthz`` within the watch's timeout: from the start of the first ask
+    it did not answer in time to the next answer in time (or the end of the watch: ``ended`` None until then)."""
+
+    server: str
+    began: float  # time.monotonic()
+    ended: float | None = None
+    asks: int = 0  # asks not answered in time
+    error: str = ""  # the last of them
+
+    def seconds(self, now: float) -> float:
+        return (self.ended if self.ended is not None else now) - self.began
+
+
+class HealthWatch:
+    """Asks every live server's ``/healthz`` about once a second (``NetCluster.get``, ``timeout_s``) from the
+    clients' namespace (this process), one thread per server so that a silent one does not hold up the others'
+    asks, and records each :class:`Silence`. A server under :meth:`excuse` (cut from the clients on purpose) is not
+    asked, and an ask that overlapped an excuse does not count. Use it as a context manager."""
+
+    def __init__(self, cluster: NetCluster, *, timeout_s: float = 2.0, interval_s: float = 1.0) -> None:
+        self.cluster = cluster
+        self.timeout_s = timeout_s
+        self.interval_s = interval_s
+        self.silences: list[Silence] = []
+        self.asks = dict.fromkeys(cluster.servers, 0)  # answered in time
+        self.began = 0.0
+        self._open: dict[str, Silence] = {}
+        self._excused: dict[str, int] = {}  # server → excuses in force
+        self._excuses: dict[str, int] = {}  # server → excuses begun (an ask that saw it change overlapped one)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> HealthWatch:
+        self.began = time.monotonic()
+        for server in self.cluster.servers:
+            thread = threading.Thread(target=self._watch, args=(server,), name=f"healthz-{server}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(self.timeout_s + 10)
+        with self._lock:
+            now = time.monotonic()
+            for silence in self._open.values():
+                silence.ended = now
+            self._open.clear()
+
+    @contextlib.contextmanager
+    def excuse(self, server: str) -> Iterator[None]:
+        """While in the block, ``server`` is cut from the clients on purpose: its silence is not recorded (and a
+        silence of it that was open ends when the excuse begins)."""
+        with self._lock:
+            self._excused[server] = self._excused.get(server, 0) + 1
+            self._excuses[server] = self._excuses.get(server, 0) + 1
+            self._close(server, time.monotonic())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._excused[server] -= 1
+
+    def _close(self, server: str, at: float) -> None:
+        silence = self._open.pop(server, None)
+        if silence is not None:
+            silence.ended = at
+
+    def _excused_now(self, server: str) -> bool:
+        return self._excused.get(server, 0) > 0
+
+    def _watch(self, server: str) -> None:
+        process = self.cluster.servers[server]
+        while not self._stop.is_set():
+            asked = time.monotonic()
+            with self._lock:
+                skip = self._excused_now(server)
+                excuses = self._excuses.get(server, 0)
+            if not skip and process.alive():  # a crashed server is a finding of the run, not a silence here
+                error = ""
+                try:
+                    answer = self.cluster.get(server, "/healthz", timeout=self.timeout_s)
+                    if answer.get("status") != "ok":
+                        error = f"answered {answer}"
+                except Exception as exc:  # timeouts, refused or reset connections, HTTP errors
+                    error = repr(exc)
+                answered = time.monotonic()
+                if not error and answered - asked > self.timeout_s:
+                    error = f"answered after {answered - asked:.1f} s"
+                with self._lock:
+                    if not self._excused_now(server) and self._excuses.get(server, 0) == excuses:
+                        self._record(server, asked, answered, error)
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - asked)))
+
+    def _record(self, server: str, asked: float, answered: float, error: str) -> None:
+        silence = self._open.get(server)
+        if error:
+            if silence is None:
+                silence = self._open[server] = Silence(server, asked)
+                self.silences.append(silence)
+            silence.asks += 1
+            silence.error = error
+            if "answered after" in error:  # late, but it answered: the silence ends with that answer
+                self._close(server, answered)
+        else:
+            self.asks[server] += 1
+            self._close(server, answered)
+
+    def longest_s(self) -> dict[str, float]:
+        """Per server, its longest silence so far (0.0: always answered in time)."""
+        now = time.monotonic()
+        with self._lock:
+            longest = dict.fromkeys(self.cluster.servers, 0.0)
+            for silence in self.silences:
+                longest[silence.server] = max(longest[silence.server], round(silence.seconds(now), 1))
+            return longest
+
+    def report(self, since: float) -> list[dict[str, object]]:
+        """The silences, each as JSON (times in seconds after ``since``, a ``time.monotonic()``)."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                {
+                    "server": s.server,
+                    "began_s": round(s.began - since, 1),
+                    "seconds": round(s.seconds(now), 1),
+                    "asks": s.asks,
+                    "error": s.error[:300],
+                    "open": s.ended is None,
+                }
+                for s in self.silences
+            ]

@@ -8,6 +8,12 @@ partition must hold, no offset may have had two values, and the group must have 
 message. How long each partition went without an acknowledgement is printed, and, with
 ``TALOS_CAMPAIGN_REPORT=path``, written there (JSON, and a Markdown table next to it) for the docs' table.
 
+While each run lasts and for ``WATCH_AFTER_HEAL_S`` after its fault healed, every server's ``/healthz`` is asked
+about once a second from the clients' namespace (:class:`tests.netfaults.cluster.HealthWatch`); a server that does
+not answer within ``HEALTHZ_TIMEOUT_S`` is recorded (not the owner while the fault cuts it from the clients on
+purpose), and each fault's test asserts there was no such silence: an event loop blocked for minutes on a server
+no fault touched was seen once (issue 35). The report has the longest silence per server.
+
 In the same run and window, one ``talos connect run`` in the clients' namespace hosts the four connectors
 (:mod:`tests.netfaults.connectors`: an HDFS source and an Elasticsearch source being fed, an HDFS sink and
 an Elasticsearch sink of the HDFS source's topic, whose partitions the owner under fault shares); after the
@@ -33,7 +39,7 @@ from typing import Any
 import pytest
 
 from talos.devservices import SearchServer, wait_until
-from tests.netfaults.cluster import GROUPS, SERVERS, TOKEN, NetCluster
+from tests.netfaults.cluster import GROUPS, SERVERS, TOKEN, HealthWatch, NetCluster
 from tests.netfaults.connectors import CONNECTORS, ConnectorsUnderFault
 from tests.netfaults.network import CLIENTS, REPO, Network, leftovers
 
@@ -42,6 +48,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.hdfs, pytest.mark.zookeeper, pytest.
 SECONDS = 60  # of writing, per fault
 FAULT_S = 50  # the fault's share of them; the rest is for recovery before the writers stop
 FLAP_S = 3.0
+HEALTHZ_TIMEOUT_S = 2.0  # a server that does not answer /healthz within this is silent
+WATCH_AFTER_HEAL_S = 20.0  # /healthz is watched at least this long after the fault healed
+# The owner cut from HDFS steps down (leaves the ring) once its storage fails for storage_step_down_s: its
+# partitions are writable again elsewhere within about this long.
+MAX_UNWRITABLE_CUT_FROM_HDFS_S = 15.0
 
 Fault = Callable[[Network, str], AbstractContextManager[Any]]
 
@@ -57,14 +68,25 @@ def flapping(net: Network, owner: str) -> AbstractContextManager[Any]:
     return net.flap(owner, others, FLAP_S)
 
 
+CUT_FROM_HDFS = "owner cut from HDFS"
+CUT_FROM_CLIENTS = "owner cut from its clients"
+DELAY_AND_LOSS = "200 ms ± 100 ms delay and 5 % loss on every link"
+FLAPPING = f"owner's links flapping (cut {FLAP_S:.0f} s, healed {FLAP_S:.0f} s)"
+
 FAULTS: dict[str, Fault] = {
     "owner cut from ZooKeeper (split brain)": lambda net, owner: net.cut(owner, "zookeeper"),
-    "owner cut from HDFS": lambda net, owner: net.cut(owner, "hdfs"),
-    "owner cut from its clients": lambda net, owner: net.cut(owner, CLIENTS),
+    CUT_FROM_HDFS: lambda net, owner: net.cut(owner, "hdfs"),
+    CUT_FROM_CLIENTS: lambda net, owner: net.cut(owner, CLIENTS),
     "owner to ZooKeeper dropped, ZooKeeper to owner passes": lambda net, owner: net.cut_one_way(owner, "zookeeper"),
-    "200 ms ± 100 ms delay and 5 % loss on every link": delay_and_loss,
-    f"owner's links flapping (cut {FLAP_S:.0f} s, healed {FLAP_S:.0f} s)": flapping,
+    DELAY_AND_LOSS: delay_and_loss,
+    FLAPPING: flapping,
 }
+# Faults that cut the owner from the clients on purpose: its /healthz silence then is the fault, not a finding.
+CUTS_OWNER_FROM_CLIENTS = frozenset({CUT_FROM_CLIENTS, FLAPPING})
+# (fault) → the longest /healthz silence allowed under it (else none). Through the delaying proxies with 5 % loss an
+# ask can lose its SYN or a segment (a retransmit 1 s later, on top of 0.3 to 0.9 s of delays): one or two asks in
+# a row may miss the 2 s. A server whose event loop is blocked is silent far longer.
+HEALTHZ_ALLOWED_S: dict[str, float] = {DELAY_AND_LOSS: 8.0}
 
 # (fault, connector) → why that connector loses or duplicates records under that fault (a finding, see the
 # connector tests below); empty when every connector holds.
@@ -128,7 +150,7 @@ def took_effect(cluster: NetCluster, fault: str, owner: str) -> bool:
     return True  # flapping: counted by its cuts
 
 
-def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault) -> dict[str, Any]:
+def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault, watch: HealthWatch) -> dict[str, Any]:
     topic = f"netfaults-{int(time.time() * 1000)}"
     argv = [sys.executable, "-m", "talos.cli", "verify", "--url", cluster.servers["s1"].url, "--topic", topic]
     argv += ["--seconds", str(SECONDS), "--json"]
@@ -156,12 +178,15 @@ def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault) ->
         owner = next((o for o in owners.values() if o != "s1"), "s1")
         connector_partitions = sorted(p for p, o in connectors.owners_a.items() if o == owner)
         time.sleep(max(0.0, began + 2 - time.monotonic()))
+        # The owner cut from the clients on purpose is not asked for /healthz until the fault healed.
+        excused = watch.excuse(owner) if fault in CUTS_OWNER_FROM_CLIENTS else contextlib.nullcontext()
         fault_began = time.monotonic()
-        with FAULTS[fault](cluster.net, owner) as state:
+        with excused, FAULTS[fault](cluster.net, owner) as state:
             time.sleep(5)
             effect = took_effect(cluster, fault, owner)
             time.sleep(max(0.0, fault_began + FAULT_S - time.monotonic()))
-        fault_s = time.monotonic() - fault_began
+        healed = time.monotonic()
+        fault_s = healed - fault_began
         flaps = len(state) if isinstance(state, list) else None
         out, _ = process.communicate(timeout=480)
     finally:
@@ -179,6 +204,7 @@ def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault) ->
     report["connectors_owner_partitions_a"] = connector_partitions
     report["max_unwritable_s"] = max((u["longest_s"] for u in report["unwritable"].values()), default=0.0)
     report["exit_code"] = process.returncode
+    report["_times"] = {"fault_began": fault_began, "healed": healed}  # monotonic; _run_fault takes them out
     return report
 
 
@@ -210,16 +236,26 @@ def _run_fault(cluster: NetCluster, search: SearchServer, fault: str) -> dict[st
     workdir = cluster.base_dir / f"connect-{len(RUNS)}"
     workdir.mkdir()
     connectors = ConnectorsUnderFault(cluster, search.url, workdir)
+    watch = HealthWatch(cluster, timeout_s=HEALTHZ_TIMEOUT_S)
     try:
-        connectors.start()  # running, and each has written something, before verify starts
-        phase("connectors started")
-        report = verify(cluster, fault, connectors)
-        phase("verify")
-        connectors.stop_feeding()  # the fault healed some seconds ago (verify's recovery time)
-        report.update(connectors.finish())
-        phase("connectors finished")
+        with watch:
+            connectors.start()  # running, and each has written something, before verify starts
+            phase("connectors started")
+            report = verify(cluster, fault, connectors, watch)
+            phase("verify")
+            connectors.stop_feeding()  # the fault healed some seconds ago (verify's recovery time)
+            report.update(connectors.finish())
+            phase("connectors finished")
+            times = report.pop("_times")
+            after_heal = time.monotonic() - times["healed"]
+            time.sleep(max(0.0, WATCH_AFTER_HEAL_S - after_heal))  # /healthz: a while after the heal
     finally:
         connectors.close()
+    report["healthz_watched_after_heal_s"] = round(max(after_heal, WATCH_AFTER_HEAL_S), 1)
+    report["healthz_longest_silence_s"] = watch.longest_s()
+    report["healthz_silences"] = watch.report(since=times["fault_began"])  # began_s: after the fault began
+    report["healthz_asks"] = dict(watch.asks)
+    report["healthz_excused"] = report["owner"] if fault in CUTS_OWNER_FROM_CLIENTS else None
     report["phases_s"] = phases
     if sum(phases.values()) > 2.5 * SECONDS:  # passing, yet slow: CI shows warnings, not a passing test's output
         message = f"the run under {fault!r} took {phases} s; verify's log:\n{report['verify_log_tail']}"
@@ -239,8 +275,8 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
         "| fault | producer: acknowledged lost | producer: duplicates | offsets with two values "
         "| max unwritable s (partition) | group consumer: missed "
         + "".join(f"| {kind}: lost / dup / stalled s " for kind in CONNECTORS)
-        + "|",
-        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS),
+        + "| longest /healthz silence s |",
+        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS) + "---|",
     ]
     for name, r in results.items():
         worst = max(r["unwritable"].items(), key=lambda item: item[1]["longest_s"], default=("-", {"longest_s": 0}))
@@ -252,9 +288,16 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
                 f"| {c['lost']} / {c['duplicates']} / {c['stalled_s']:.1f} "
                 for c in (r["connectors"][kind] for kind in CONNECTORS)
             )
-            + "|"
+            + f"| {_silences(r)} |"
         )
     path.with_suffix(".md").write_text("\n".join(rows) + "\n")
+
+
+def _silences(report: dict[str, Any]) -> str:
+    """``s1 0.0 / s2 0.0 / s3 0.0*``: each server's longest /healthz silence (``*``: not asked while cut off)."""
+    longest = report.get("healthz_longest_silence_s") or {}
+    excused = report.get("healthz_excused")
+    return " / ".join(f"{s} {longest.get(s, 0.0):.1f}{'*' if s == excused else ''}" for s in SERVERS)
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -313,3 +356,32 @@ def test_connector_loses_and_duplicates_nothing_under(
     assert result["duplicates"] == 0, f"duplicated {result['examples_duplicated']}; the runner's log:\n{log}"
     assert result["unexpected"] == 0
     assert report["connectors_exit_code"] == 0
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_every_server_answers_healthz_under(cluster: NetCluster, search: SearchServer, fault: str) -> None:
+    """No server's event loop stops: each answers /healthz within HEALTHZ_TIMEOUT_S during the run and for a while
+    after the heal (the owner is not asked while a fault cuts it from the clients on purpose)."""
+    report = run_fault(cluster, search, fault)
+    allowed = HEALTHZ_ALLOWED_S.get(fault, 0.0)
+    print(f"\n== {fault}: longest /healthz silence {report['healthz_longest_silence_s']} (allowed {allowed:g} s)")
+    print(f"answered in time: {report['healthz_asks']}")
+    for silence in report["healthz_silences"]:
+        print(f"silence: {silence}")
+    too_long = [s for s in report["healthz_silences"] if s["seconds"] > allowed]
+    assert not too_long, (
+        f"/healthz not answered within {HEALTHZ_TIMEOUT_S:g} s (seconds after the fault began): {too_long}; "
+        "the server's log names what blocked its event loop (the loop watchdog's warning with the stack)"
+    )
+    assert all(report["healthz_asks"][s] >= 10 for s in SERVERS), f"servers hardly asked: {report['healthz_asks']}"
+
+
+def test_writes_resume_within_15_s_when_the_owner_is_cut_from_hdfs(cluster: NetCluster, search: SearchServer) -> None:
+    """The owner cut from HDFS steps down, so its partitions move to a server that can write them: no partition
+    stays unwritable for the whole fault."""
+    report = run_fault(cluster, search, CUT_FROM_HDFS)
+    worst = max(report["unwritable"].items(), key=lambda item: item[1]["longest_s"], default=("-", {"longest_s": 0}))
+    assert report["max_unwritable_s"] <= MAX_UNWRITABLE_CUT_FROM_HDFS_S, (
+        f"partition {worst[0]} unwritable for {report['max_unwritable_s']:.1f} s "
+        f"(owner {report['owner']} held {report['owner_partitions']}); allowed {MAX_UNWRITABLE_CUT_FROM_HDFS_S:g} s"
+    )

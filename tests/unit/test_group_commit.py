@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from fencing import DirectoryEpochSource, LogConfig, PartitionLog, StorageError
+from fencing import DirectoryEpochSource, FencedError, LogConfig, PartitionLog, StorageError
 from fencing.filesystem import Buffer
 from fencing.local import LocalFile, LocalFileSystem
 from server.errors import ApiError
 from server.partition.executor import AffinityExecutor
 from server.partition.loaded import LoadedPartition, ProduceResult
 from server.partition.tailcache import TailCache
+from server.storage_health import StorageHealth
 from talos import RecordData, decode_records, encode_batch, iter_batches
 
 
@@ -216,6 +217,52 @@ def test_a_resend_waits_for_the_flush_of_its_original_and_gets_its_offsets(
         first, again = await asyncio.gather(original, resend)
         assert (again.base_offset, again.duplicate) == (first.base_offset, True)
         assert partition.log.durable_offset == 1  # stored once
+        await partition.close()
+
+    asyncio.run(scenario())
+
+
+def test_abandoning_a_partition_answers_a_stuck_flush_and_its_queue_at_once_as_moved(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    """A server stepping down (its storage failing) does not wait for the flush that storage holds: every
+    waiting write is answered 503 NOT_OWNER (retriable) at once, and release does not touch the log."""
+
+    async def scenario() -> None:
+        health = StorageHealth()
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        partition._health = health
+        flushing, queued = await _one_in_a_held_flush(partition, gated, b"in the stuck flush", b"queued")
+        await asyncio.sleep(0.05)
+        assert health.state(stall_s=0.01).failing_s > 0  # the held flush counts as failing storage
+        partition.abandon(FencedError("released while its storage is failing"))
+        for waiter in (flushing, queued):
+            with pytest.raises(ApiError) as refused:
+                await asyncio.wait_for(waiter, 1)
+            assert (refused.value.status, refused.value.code, refused.value.retriable) == (503, "NOT_OWNER", True)
+        await asyncio.wait_for(partition.close(), 1)  # does not queue behind the stuck flush
+        with pytest.raises(ApiError):
+            await partition.produce(_batch(b"after"))
+        gated.gate.set()
+
+    asyncio.run(scenario())
+
+
+def test_only_flushes_that_write_report_to_the_storage_health(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        health = StorageHealth()
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        partition._health = health
+        await partition.fence(7, 0)  # nothing to write: no word on the storage
+        assert health.last_ok_ms() == 0
+        await partition.produce(_batch(b"stored"))
+        assert health.last_ok_ms() > 0
+        gated.fail = True
+        with pytest.raises(ApiError):
+            await partition.produce(_batch(b"lost"))
+        assert "sync failed (test)" in health.state().problem
         await partition.close()
 
     asyncio.run(scenario())

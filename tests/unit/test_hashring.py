@@ -119,3 +119,27 @@ def test_a_member_missing_past_the_delay_leaves_and_a_new_one_joins_after_join_d
     later = next_members(ring, {"a": 0.0, "d": 98.0}, {"b": 60.0}, now=103.0, join_delay=5, reassign_delay=30)
     assert later.added == {"d"}
     assert set(later.members) == {"a", "d"}
+
+
+def test_a_member_that_stepped_down_leaves_at_once_and_rejoins_join_delay_after_it_can_write() -> None:
+    ring = Ring.of(["a", "b", "c"])
+    # "b" is registered, but stepped down (cannot write): out now, no reassign_delay
+    change = next_members(
+        ring, {"a": 0.0, "c": 0.0}, {}, now=100.0, join_delay=5, reassign_delay=30, stepped_down={"b"}
+    )
+    assert change.removed == {"b"}
+    assert set(change.members) == {"a", "c"}
+    out = Ring(change.members, ring.version + 1)
+    # it can write again since t=101 (its registration's writable_since): back once that is join_delay old
+    early = next_members(out, {"a": 0.0, "b": 101.0, "c": 0.0}, {}, now=104.0, join_delay=5, reassign_delay=30)
+    assert not early.changed
+    back = next_members(out, {"a": 0.0, "b": 101.0, "c": 0.0}, {}, now=106.0, join_delay=5, reassign_delay=30)
+    assert back.added == {"b"}
+
+
+def test_the_last_member_never_steps_down_out_of_the_ring() -> None:
+    ring = Ring.of(["a", "b"])
+    change = next_members(ring, {}, {}, now=100.0, join_delay=5, reassign_delay=30, stepped_down={"a", "b"})
+    assert len(change.members) == 1  # one of them stays: an empty ring serves nothing
+    alone = next_members(Ring.of(["a"]), {}, {}, now=100.0, join_delay=5, reassign_delay=30, stepped_down={"a"})
+    assert not alone.changed

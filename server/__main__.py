@@ -12,9 +12,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any, NoReturn
 
 import uvicorn
@@ -158,53 +157,57 @@ def busy_threads() -> list[tuple[str, str]]:
     return out
 
 
+# The signals that stop a server. Blocked in every thread (main() blocks them before any thread starts, and threads
+# inherit the mask): the watchdog's thread takes them with sigtimedwait, so that they are seen even while the main
+# thread is stuck in a native call (a storage client) and could run no Python signal handler.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
 class Watchdog:
-    """Ends the process at the shutdown deadline whatever it is doing (a start-up blocked in a thread, storage or
-    ZooKeeper hung, a pool thread Python would join at exit forever), with a log line that says what was still
-    running. Its thread also reports the signals: a signal handler must not log."""
+    """Takes SIGTERM and SIGINT on a thread of its own: the first starts the shutdown's clock and tells uvicorn to
+    stop, later ones are logged and change nothing. At the deadline it ends the process whatever it is doing (a
+    start-up blocked in a thread, storage or ZooKeeper hung, the event loop stuck, a pool thread Python would join
+    at exit forever), with a log line that says what was still running."""
 
     def __init__(self, shutdown: Shutdown) -> None:
         self.shutdown = shutdown
         self.signals: list[str] = []
-        self._wake = threading.Event()
+        self.on_signal: Callable[[int], None] = lambda _sig: None  # uvicorn's, once it runs
         self._ending = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name="talos-shutdown-watchdog", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def signalled(self, name: str) -> None:
-        """From the signal handler (the main thread): start the clock, once; wake the watchdog to report."""
-        phase = self.shutdown.phase
-        if self.shutdown.begin(name):
-            self.first_phase = phase
-        self.signals.append(name)
-        self._wake.set()
-
-    first_phase = ""
-
     def _watch(self) -> None:
-        reported = 0
         while True:
             deadline = self.shutdown.deadline
-            self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            self._wake.clear()
-            for name in self.signals[reported:]:
-                self._report(name, first=reported == 0)
-                reported += 1
+            if deadline is None:
+                sig: int | None = signal.sigwait(STOP_SIGNALS)
+            else:
+                info = signal.sigtimedwait(STOP_SIGNALS, max(0.0, deadline - time.monotonic()))
+                sig = info.si_signo if info is not None else None
+            if sig is not None:
+                name = signal.Signals(sig).name
+                phase = self.shutdown.phase
+                first = self.shutdown.begin(name)
+                self.signals.append(name)
+                self._report(name, phase, first=first)
+                with contextlib.suppress(Exception):
+                    self.on_signal(sig)
             deadline = self.shutdown.deadline
             if deadline is not None and time.monotonic() >= deadline:
                 self.end("the shutdown deadline passed")
 
-    def _report(self, name: str, *, first: bool) -> None:
+    def _report(self, name: str, phase: str, *, first: bool) -> None:
         s = self.shutdown
         if first:
             what = {"starting": "cancelling the start-up", "stopped": "ending"}.get(
-                self.first_phase,
+                phase,
                 f"stop accepting, drain open requests (at most {drain_seconds(s.timeout_s):.1f} s), "
                 "flush and seal partitions, deregister",
             )
-            log.info("%s while %s: shutting down within %g s: %s", name, self.first_phase, s.timeout_s, what)
+            log.info("%s while %s: shutting down within %g s: %s", name, phase, s.timeout_s, what)
         else:
             log.warning(
                 "%s again while %s: the shutdown goes on, by the same deadline (%.1f s left)",
@@ -240,20 +243,13 @@ class Watchdog:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, with SIGTERM and SIGINT going to the watchdog first (the deadline starts at the first)."""
-
-    def __init__(self, config: uvicorn.Config, watchdog: Watchdog) -> None:
-        super().__init__(config)
-        self.watchdog = watchdog
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.watchdog.signalled(signal.Signals(sig).name)
-        super().handle_exit(sig, frame)
+    """uvicorn, told of SIGTERM and SIGINT by the watchdog's thread (``handle_exit``: should_exit, or force_exit
+    for a second SIGINT) instead of handlers of its own."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        # main() installs handle_exit for the whole life of the process (also before and after uvicorn runs) and
-        # decides how the process ends: uvicorn would re-raise the signal even after a shutdown cut short.
+        # No handlers: the signals are blocked and taken by the watchdog. main() decides how the process ends
+        # (uvicorn would re-raise the signal even after a shutdown cut short).
         yield
 
 
@@ -321,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: the watchdog takes them
     parser = build_parser()
     args = parser.parse_args(argv)
 
@@ -404,11 +401,10 @@ def main(argv: list[str] | None = None) -> None:
         # socket write it saves (docs/subscriptions.md).
         ws_per_message_deflate=False,
     )
+    server = _Server(server_config)
     watchdog = Watchdog(shutdown)
+    watchdog.on_signal = lambda sig: server.handle_exit(sig, None)
     watchdog.start()
-    server = _Server(server_config, watchdog)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, server.handle_exit)
     try:
         server.run()
     except SystemExit:  # uvicorn's "startup failed" (3): a signal's doing, or a real failure
@@ -425,7 +421,8 @@ def main(argv: list[str] | None = None) -> None:
     # thread is joined: the pools' threads finished, or a step that waited for them was given up above.
     first = signal.Signals[watchdog.signals[0]] if watchdog.signals else signal.SIGTERM
     signal.signal(first, signal.SIG_DFL)
-    signal.raise_signal(first)
+    signal.raise_signal(first)  # pending on this thread until unblocked
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {first})
 
 
 if __name__ == "__main__":

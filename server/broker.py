@@ -36,8 +36,7 @@ from server.config import ServerConfig
 from server.coordination import ZkEpochSource
 from server.coordination import paths as zk_paths
 from server.coordination.producer_ids import ZkProducerIds
-from server.coordination.topics import ZkTopicStore
-from server.coordination.topics import _decode as decode_topic
+from server.coordination.topics import ZkTopicStore, decode_topic
 from server.errors import ApiError
 from server.http.forwarding import Forwarder
 from server.partition.executor import AffinityExecutor

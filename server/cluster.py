@@ -69,6 +69,7 @@ class ClusterMember:
         self._writable_since_ms = 0
         self._published_ok_ms = 0
         self._staying_logged = False
+        self._last_check = (0.0, False)  # (when, whether storage had failed for storage_step_down_s then)
         retry = KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0)
         self.zk = KazooClient(
             hosts=config.zk,
@@ -322,8 +323,14 @@ class ClusterMember:
                         "storage works again: rejoining the ring after join_delay (%g s)", self.config.join_delay_s
                     )
             return
+        # Two checks in a row must see the failure, the first not long before: a process paused whole (SIGSTOP)
+        # wakes with a flush "running" for the length of the pause, which ends a moment later.
+        now = time.monotonic()
+        previous, self._last_check = self._last_check, (now, state.failing_s >= step_down_s)
         if state.failing_s < step_down_s or self.server_id not in self.ring.members:
             self._staying_logged = False
+            return
+        if not previous[1] or now - previous[0] > 3 * self.config.ring_check_s + 1:
             return
         now_ms = int(time.time() * 1000)
         peers = {server: info.storage for server, info in self.servers.items()}

@@ -30,13 +30,13 @@ from server.topics import (
     unknown_topic,
 )
 
-__all__ = ["ZkTopicStore"]
+__all__ = ["ZkTopicStore", "decode_topic"]
 
 log = logging.getLogger("talos.cluster")
 TopicListener = Callable[[str, TopicConfig | None], None]
 
 
-def _decode(data: bytes) -> TopicConfig:
+def decode_topic(data: bytes) -> TopicConfig:
     return TopicConfig(**orjson.loads(data))
 
 
@@ -53,7 +53,7 @@ class ZkTopicStore:
             data, _stat = self._zk.get(paths.topic(name))
         except NoNodeError:
             return None
-        return _decode(data)
+        return decode_topic(data)
 
     def list(self) -> list[TopicConfig]:
         out = []
@@ -76,7 +76,7 @@ class ZkTopicStore:
             data, stat = self._zk.get(paths.topic(name))
         except NoNodeError:
             raise unknown_topic(name) from None
-        current = _decode(data)
+        current = decode_topic(data)
         updated = dataclasses.replace(current, **changes, version=current.version + 1)
         try:
             self._zk.set(paths.topic(name), orjson.dumps(updated.to_json()), version=stat.version)
@@ -114,7 +114,7 @@ class ZkTopicStore:
                 listener(name, None)
                 return False  # stop watching; a topic created again under this name gets a new watch
             try:
-                listener(name, _decode(data))
+                listener(name, decode_topic(data))
             except Exception:
                 log.exception("bad metadata for topic %s", name)
             return True

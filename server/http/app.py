@@ -59,7 +59,7 @@ log = logging.getLogger("talos.server")
 
 
 class Shutdown:
-    """The process's stop, shared by its signal handler (server/__main__.py) and the lifespan below.
+    """The process's stop, shared by the thread that takes its signals (server/__main__.py) and the lifespan below.
 
     The first SIGTERM or SIGINT starts the clock: the drain of open requests, flushing and sealing the partitions
     and leaving ZooKeeper are over by ``deadline`` (a ``time.monotonic()``), whatever the state the signal found
@@ -80,7 +80,7 @@ class Shutdown:
         return self.deadline is not None
 
     def begin(self, reason: str) -> bool:
-        """Start the clock (called from a signal handler: no locks, no logging); False if it runs already."""
+        """Start the clock (from the signal-taking thread); False if it runs already: the deadline stays."""
         if self.deadline is not None:
             return False
         self.deadline = time.monotonic() + self.timeout_s
@@ -234,7 +234,7 @@ async def _start_broker(config: ServerConfig, shutdown: Shutdown | None) -> Brok
         return await Broker.start(config)
     if not shutdown.begun:
         starting = asyncio.ensure_future(Broker.start(config, deadline=lambda: shutdown.deadline))
-        while not shutdown.begun:  # polled: a signal handler cannot safely wake the loop
+        while not shutdown.begun:  # polled: the signal comes on another thread, maybe while the loop is stuck
             done, _ = await asyncio.wait({starting}, timeout=0.1)
             if done:
                 return starting.result()
@@ -258,7 +258,11 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         watchdog = LoopWatchdog().start()  # logs what blocks the event loop, with its stack (issue 35)
-        broker = await _start_broker(config, shutdown)
+        try:
+            broker = await _start_broker(config, shutdown)
+        except BaseException:  # a failed or cancelled start-up: no lifespan shutdown follows
+            watchdog.stop()
+            raise
         broker_holder["broker"] = broker
         app.state.broker = broker
         app.state.storage_check = StorageCheck(lambda: broker.fs.exists(broker.root))

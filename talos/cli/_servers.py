@@ -78,6 +78,13 @@ def _connection_limit_options(command: Callable[..., Any]) -> Callable[..., Any]
     default=None,
     help="Serve the Kafka protocol on this port too [default: off; env TALOS_KAFKA_PORT; docs/kafka.md].",
 )
+@click.option(
+    "--shutdown-timeout",
+    type=float,
+    default=None,
+    help="Seconds from SIGTERM (or Ctrl-C) to exit, whatever hangs: drain, flush and seal; then exit code 124 "
+    "[default: 15; env TALOS_SHUTDOWN_TIMEOUT_S].",
+)
 @_connection_limit_options
 def standalone(
     host: str | None,
@@ -90,6 +97,7 @@ def standalone(
     auth: str | None,
     metrics_labels: str | None,
     kafka_port: int | None,
+    shutdown_timeout: float | None,
     **limits: float | None,
 ) -> None:
     """Run one Talos node: local storage, no ZooKeeper, no Java.
@@ -108,6 +116,7 @@ def standalone(
         ("--auth", auth),
         ("--metrics-labels", metrics_labels),
         ("--kafka-port", kafka_port),
+        ("--shutdown-timeout", shutdown_timeout),
         *((flag, limits[flag[2:].replace("-", "_")]) for flag, _, _ in _CONNECTION_LIMITS),
     ):
         if value is not None:

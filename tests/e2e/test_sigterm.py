@@ -114,7 +114,7 @@ def test_sigterm_while_zookeeper_is_unreachable_ends_the_start_up(tmp_path: Path
 @pytest.mark.zookeeper
 def test_sigterm_while_waiting_for_a_held_server_id(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     chroot = f"/sigterm-{uuid.uuid4().hex[:8]}"
-    holder = KazooClient(hosts=zookeeper.address + chroot, timeout=30)
+    holder = KazooClient(hosts=zookeeper.address, timeout=30)
     holder.start(timeout=30)
     settings = ClusterSettings(admin_token="sigterm", env=ENV, zk_session_timeout_s=10)
     storage = f"file://{tmp_path / 'storage'}"
@@ -123,7 +123,7 @@ def test_sigterm_while_waiting_for_a_held_server_id(zookeeper: ZooKeeperServer, 
     )
     try:
         # Another live session holds the id: the server would wait up to 3 session timeouts (30 s) for it.
-        held = f"{paths.SERVERS}/s1"
+        held = f"{chroot}{paths.SERVERS}/s1"  # the server's own view: {paths.SERVERS}/s1 under its chroot
         holder.create(held, orjson.dumps({"url": "http://127.0.0.1:1"}), ephemeral=True, makepath=True)
         server.start(wait=False)
         process = _running(server.process)
@@ -233,13 +233,13 @@ def test_sigterm_with_storage_hung_exits_by_the_deadline(hdfs: HdfsCluster, tmp_
         for thread in pending:
             thread.start()
         time.sleep(1.0)  # the produces wait for a flush that HDFS does not answer
-        # A second SIGTERM once the shutdown is stuck (past the drain) moves no deadline either. (Whether it is
-        # logged depends on the event loop: a loop thread blocked in a storage call runs no signal handler; the
-        # deadline is kept by the watchdog's thread all the same.)
+        # A second SIGTERM once the shutdown is stuck (past the drain) moves no deadline either. The signals are
+        # taken by a thread of their own, so they are seen even if the event loop is stuck in a storage call.
         status, took = _sigterm(_running(server.process), again_at=(DEADLINE_S * 0.8,))
         assert took <= DEADLINE_S + SLACK_S, f"exited {took:.1f} s after SIGTERM"
         log = server.process.log_path.read_text() if server.process else ""
         assert status == SHUTDOWN_INCOMPLETE_EXIT, log[-3000:]
+        assert "SIGTERM again" in log and "the same deadline" in log
         assert "still running:" in log and "fencing/hdfs.py" in log and "exiting with code 124" in log
     finally:
         for process in hung:

@@ -230,10 +230,12 @@ def test_shutdown_and_startup_fit_the_pod_lifecycle(rendered: dict[str, list[dic
     config = load_config(environ=_container_env(container, objects))
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    # The handoff: preStop, then open requests, then flushing and sealing partitions (each flush bounded by
-    # flush_timeout_s), then leaving ZooKeeper. Killed earlier, the next owner needs lease recovery.
-    handoff = float(pre_stop[1]) + GRACEFUL_SHUTDOWN_S + config.flush_timeout_s
+    # The handoff: preStop, then the server's shutdown (open requests, flushing and sealing partitions, leaving
+    # ZooKeeper), which ends within shutdown_timeout_s whatever hangs. Killed earlier, the next owner needs
+    # lease recovery; a shutdown bound shorter than a flush's gives a stuck flush no chance to finish.
+    handoff = float(pre_stop[1]) + config.shutdown_timeout_s
     assert spec["terminationGracePeriodSeconds"] > handoff + 5
+    assert config.shutdown_timeout_s > GRACEFUL_SHUTDOWN_S + config.flush_timeout_s
     # A pod may wait adopt_wait_s for a vacant ring member before it serves: liveness must not kill it first.
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] > config.adopt_wait_s + config.join_delay_s

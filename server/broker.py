@@ -8,7 +8,6 @@ import fcntl
 import itertools
 import logging
 import os
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from fencing import (
 from fencing.local import LocalFileSystem
 from hashring import Ring, partition_key
 from server import metrics
+from server.bounded import in_daemon_thread, until_deadline
 from server.cluster import ClusterMember, Owner
 from server.config import ServerConfig
 from server.coordination import ZkEpochSource
@@ -504,45 +504,17 @@ class Broker:
             deadline = time.monotonic() + self.config.shutdown_timeout_s
         end = deadline
         abandoned: list[str] = []
-        loop = asyncio.get_running_loop()
 
         def share(fraction: float) -> float:
             """When a step must be done: ``fraction`` of the time left (the later steps keep the rest)."""
             return time.monotonic() + max(0.0, end - time.monotonic()) * fraction
 
         async def within(what: str, step: Awaitable[object], until: float) -> None:
-            task = asyncio.ensure_future(step)
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, until - time.monotonic()))
-            if not done:
-                task.cancel()
-                abandoned.append(what)
-                log.warning("shutdown: gave up %s (the shutdown deadline)", what)
-            elif not task.cancelled() and task.exception() is not None:
-                log.warning("shutdown: %s failed: %r", what, task.exception())
+            await until_deadline(what, step, until, abandoned)
 
         async def in_thread(what: str, function: Callable[[], object], until: float) -> None:
             # A daemon thread of its own, not a pool's: one stuck in ZooKeeper or the storage is left behind.
-            outcome: asyncio.Future[None] = loop.create_future()
-
-            def settle(error: BaseException | None) -> None:
-                if outcome.done():
-                    return
-                if error is None:
-                    outcome.set_result(None)
-                else:
-                    outcome.set_exception(error)
-
-            def run() -> None:
-                error: BaseException | None = None
-                try:
-                    function()
-                except BaseException as exc:
-                    error = exc
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(settle, error)
-
-            threading.Thread(target=run, name=f"talos-close: {what}", daemon=True).start()
-            await within(what, outcome, until)
+            await until_deadline(what, in_daemon_thread(function, name=f"talos-close: {what}"), until, abandoned)
 
         self._remove_collector()
         if self._probe is not None:

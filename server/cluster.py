@@ -145,7 +145,7 @@ class ClusterMember:
             time.sleep(0.5)
 
     def _registration(self) -> bytes:
-        state = self.health.state(stall_s=min(STALLED_AFTER_S, self.config.storage_step_down_s or STALLED_AFTER_S))
+        state = self.health.state()
         self._published_ok_ms = state.last_ok_ms
         storage = PeerStorage(self._writable, state.last_ok_ms, state.ok_since_ms)
         return registration(
@@ -374,7 +374,7 @@ class ClusterMember:
         """Why this server does not serve partitions because of its storage (for readiness), or None."""
         if not self.stepped_down:
             return None
-        state = self.health.state(stall_s=min(STALLED_AFTER_S, self.config.storage_step_down_s))
+        state = self.health.state()
         if self._writable:
             return "stepped down after a storage failure; storage works again, rejoining the ring after join_delay"
         return f"stepped down: storage failing for {state.failing_s:.1f} s ({state.problem})"

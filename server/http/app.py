@@ -27,6 +27,7 @@ from starlette.responses import Response
 from fencing import LogError, OffsetOutOfRangeError
 from server import connect_offsets, metrics, portal
 from server import partition_quota as partition_quotas
+from server.bounded import until_deadline
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
@@ -303,14 +304,7 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
             async def step(what: str, closing: Awaitable[object]) -> None:
                 if shutdown is not None:
                     shutdown.step = what
-                task = asyncio.ensure_future(closing)
-                done, _ = await asyncio.wait({task}, timeout=max(0.0, services_end - time.monotonic()))
-                if not done:
-                    task.cancel()
-                    abandoned.append(what)
-                    log.warning("shutdown: gave up %s (the shutdown deadline)", what)
-                elif not task.cancelled() and task.exception() is not None:
-                    log.warning("shutdown: %s failed: %r", what, task.exception())
+                await until_deadline(what, closing, services_end, abandoned)
 
             if kafka is not None:
                 await step("closing the Kafka listener", kafka.close())

@@ -11,9 +11,9 @@ answering. When storage comes back the stuck check returns, and the next probe s
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Callable
+
+from server.bounded import in_daemon_thread
 
 
 class StorageCheck:
@@ -35,26 +35,5 @@ class StorageCheck:
         return None
 
     def _start(self) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def settle(error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                self._check()
-            except Exception as exc:
-                error = exc
-            with contextlib.suppress(RuntimeError):  # the loop closed while storage was not answering (shutdown)
-                loop.call_soon_threadsafe(settle, error)
-
         # A daemon thread: a check stuck on dead storage must not hold up the process's exit.
-        threading.Thread(target=run, name="talos-readyz", daemon=True).start()
-        return future
+        return in_daemon_thread(self._check, name="talos-readyz")

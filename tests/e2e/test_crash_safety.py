@@ -21,16 +21,31 @@ PARTITIONS = 4
 Stored = dict[tuple[int, int], bytes | None]  # (partition, offset) → value
 
 
-def produce_until_stopped(url: str, writer: int, stop: threading.Event, acked: dict[tuple[int, int], bytes]) -> None:
+def produce_until_stopped(
+    url: str,
+    writer: int,
+    stop: threading.Event,
+    acked: dict[tuple[int, int], bytes],
+    *,
+    topic: str = "crash",
+    per_round: int = 200,
+    random_tail: bool = True,
+    delivery_timeout_s: float = 0.5,
+) -> None:
+    """Write ``w<writer>-<n>-`` values (with up to 300 random bytes after them unless not ``random_tail``) to
+    ``topic`` until ``stop``, recording each acknowledged one at its (partition, offset) in ``acked``."""
     sequence = 0
+    options = {"linger_ms": 1, "batch_bytes": 32 * 1024, "retry_backoff_ms": 20}
     try:
-        with Producer(url, linger_ms=1, batch_bytes=32 * 1024, delivery_timeout_s=0.5, retry_backoff_ms=20) as producer:
+        with Producer(url, delivery_timeout_s=delivery_timeout_s, **options) as producer:
             while not stop.is_set():
                 pending = []
-                for _ in range(200):
-                    value = f"w{writer}-{sequence}-".encode() + os.urandom(random.randint(0, 300))
+                for _ in range(per_round):
+                    value = f"w{writer}-{sequence}-".encode() + (
+                        os.urandom(random.randint(0, 300)) if random_tail else b""
+                    )
                     sequence += 1
-                    pending.append((value, producer.send("crash", value, key=f"{writer}-{sequence % 7}")))
+                    pending.append((value, producer.send(topic, value, key=f"{writer}-{sequence % 7}")))
                 for value, future in pending:
                     try:
                         meta = future.result(timeout=30)

@@ -25,7 +25,7 @@ from kazoo.client import KazooClient
 
 from server.__main__ import SHUTDOWN_INCOMPLETE_EXIT
 from server.coordination import paths
-from talos import Admin, Producer, TalosError
+from talos import Admin
 from talos.devservices import (
     ClusterServer,
     ClusterSettings,
@@ -36,6 +36,7 @@ from talos.devservices import (
     free_port,
     wait_until,
 )
+from tests.e2e.test_crash_safety import produce_until_stopped
 
 DEADLINE_S = 4.0
 SLACK_S = 4.0
@@ -143,26 +144,6 @@ def test_sigterm_while_waiting_for_a_held_server_id(zookeeper: ZooKeeperServer, 
 # ---------------------------------------------------------------- serving
 
 
-def _produce_until_stopped(url: str, writer: int, stop: threading.Event, acked: dict[tuple[int, int], str]) -> None:
-    sequence = 0
-    try:
-        with Producer(url, linger_ms=1, delivery_timeout_s=1.0, retry_backoff_ms=20) as producer:
-            while not stop.is_set():
-                pending = []
-                for _ in range(50):
-                    value = f"w{writer}-{sequence}"
-                    sequence += 1
-                    pending.append((value, producer.send("load", value.encode(), key=f"{writer}-{sequence % 5}")))
-                for value, future in pending:
-                    try:
-                        meta = future.result(timeout=30)
-                    except TalosError:
-                        continue  # not acknowledged: may or may not be stored
-                    acked[(meta.partition, meta.offset)] = value
-    except TalosError:
-        pass  # the server went away mid-call
-
-
 def _stored(url: str, topic: str, partitions: int) -> dict[tuple[int, int], str]:
     stored: dict[tuple[int, int], str] = {}
     for partition in range(partitions):
@@ -182,9 +163,16 @@ def _stored(url: str, topic: str, partitions: int) -> dict[tuple[int, int], str]
 @pytest.mark.slow
 def test_sigterm_under_produce_load_exits_in_time_and_loses_nothing_acknowledged(tmp_path: Path) -> None:
     server = StandaloneServer(tmp_path / "data", env=ENV)
-    acked: dict[tuple[int, int], str] = {}
+    acked: dict[tuple[int, int], bytes] = {}
     stop = threading.Event()
-    writers = [threading.Thread(target=_produce_until_stopped, args=(server.url, n, stop, acked)) for n in range(3)]
+    writers = [
+        threading.Thread(
+            target=produce_until_stopped,
+            args=(server.url, n, stop, acked),
+            kwargs={"topic": "load", "per_round": 50, "random_tail": False, "delivery_timeout_s": 1.0},
+        )
+        for n in range(3)
+    ]
     try:
         server.start()
         Admin(server.url).create_topic("load", partitions=4)
@@ -202,7 +190,7 @@ def test_sigterm_under_produce_load_exits_in_time_and_loses_nothing_acknowledged
             thread.join(30)
         server.start()  # the same data directory
         stored = _stored(server.url, "load", 4)
-        missing = {key: value for key, value in acked.items() if stored.get(key) != value}
+        missing = {key: value for key, value in acked.items() if stored.get(key) != value.decode()}
         assert not missing, f"{len(missing)} acknowledged messages not stored as acknowledged"
         assert len(acked) > 500
     finally:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from server.devservices import (
+from talos import Producer
+from talos.devservices import (
     ClusterServer,
     ClusterSettings,
     HdfsCluster,
@@ -29,7 +30,6 @@ from server.devservices import (
     free_port_range,
     wait_until,
 )
-from talos import Producer
 
 _counter = itertools.count()
 

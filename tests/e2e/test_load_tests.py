@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from server.devservices import StandaloneServer
-
-pytestmark = pytest.mark.serial  # load generators measured against the clock
+from talos.devservices import StandaloneServer
 
 RUNNER = Path(__file__).resolve().parents[2] / "load_tests" / "locust_run.py"
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.devservices import StandaloneServer
 from talos import (
     Admin,
     AuthenticationError,
@@ -27,6 +26,7 @@ from talos import (
     Producer,
     QuotaExceededError,
 )
+from talos.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"

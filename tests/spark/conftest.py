@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from server.devservices import StandaloneServer
+from talos.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from server.cluster import Owner
 from server.errors import ApiError
-from server.peers import Forwarder
+from server.http.forwarding import Forwarder
 
 
 @contextlib.asynccontextmanager

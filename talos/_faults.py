@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from server.devservices._cluster import relaunch
+from talos.devservices import relaunch
 
 __all__ = ["LocalFaults"]
 

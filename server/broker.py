@@ -454,22 +454,13 @@ class Broker:
             )
         else:
             epochs = DirectoryEpochSource(self.fs, directory)
-        token = self.health.begin(f"loading {config.name}/{index}")
-        try:
+        with self.health.operation(f"loading {config.name}/{index}", failures=(StorageError,)):
             plog = PartitionLog.open(self.fs, directory, epochs, config=log_config)
             try:
-                loaded = plog, load_producer_states(plog, self.config.producer_state_window_bytes)
+                return plog, load_producer_states(plog, self.config.producer_state_window_bytes)
             except BaseException:
                 plog.close(seal=False)
                 raise
-        except StorageError as exc:
-            self.health.end(token, exc)
-            raise
-        except BaseException:
-            self.health.forget(token)  # fenced, ZooKeeper: no word on the storage
-            raise
-        self.health.end(token)
-        return loaded
 
     def loaded_partitions(self) -> list[LoadedPartition]:
         return list(self._partitions.values())

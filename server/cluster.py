@@ -69,6 +69,7 @@ class ClusterMember:
         self._writable_since_ms = 0
         self._published_ok_ms = 0
         self._staying_logged = False
+        self._foreign_logged = False
         self._last_check = (0.0, False)  # (when, whether storage had failed for storage_step_down_s then)
         retry = KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0)
         self.zk = KazooClient(
@@ -299,8 +300,10 @@ class ClusterMember:
             self.registered = False
             self._register(deadline=time.monotonic() + 3 * self.config.zk_session_timeout_s)
             return
-        if stat.ephemeralOwner != self.zk.client_id[0]:
+        foreign = stat.ephemeralOwner != self.zk.client_id[0]
+        if foreign and not self._foreign_logged:  # once, not every tick
             log.error("registration %s belongs to another ZooKeeper session: another server uses our id", path)
+        self._foreign_logged = foreign
 
     def _consider_storage(self) -> None:
         """Step down when our storage has failed for ``storage_step_down_s`` and another ring member can write;

@@ -12,10 +12,11 @@ tests drive it by hand.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 __all__ = ["STALLED_AFTER_S", "StorageHealth", "StorageState"]
@@ -75,10 +76,30 @@ class StorageHealth:
         with self._lock:
             self._running.pop(token, None)
 
-    def failed(self, problem: str) -> None:
-        """A failure that was not begun here (a partition that could not be loaded, say)."""
-        with self._lock:
-            self._failed(self._monotonic(), problem)
+    @contextlib.contextmanager
+    def operation(
+        self,
+        what: str,
+        *,
+        failures: tuple[type[BaseException], ...] = (Exception,),
+        answered: tuple[type[BaseException], ...] = (),
+    ) -> Iterator[None]:
+        """One storage operation, begun and ended around the block: an exception of ``failures`` ends it as a
+        failure, one of ``answered`` (the storage answered, with a refusal) as a success, any other says nothing
+        of the storage (ZooKeeper failed first, say)."""
+        token = self.begin(what)
+        try:
+            yield
+        except answered:
+            self.end(token)
+            raise
+        except failures as exc:
+            self.end(token, exc)
+            raise
+        except BaseException:
+            self.forget(token)
+            raise
+        self.end(token)
 
     def _succeeded(self, started: float, now: float) -> None:
         for token, (other, _what) in list(self._running.items()):

@@ -61,12 +61,9 @@ class StorageProbe:
         """One durable write and its removal (blocking). A file of its own: a stuck probe that comes back to
         life later must not collide with the next."""
         path = posixpath.join(self._directory, f"{self._server_id}.{os.getpid()}.{next(self._count)}")
-        token = self._health.begin("storage probe")
         try:
-            self._fs.write_file(path, b"ok")
-            self._fs.delete(path)
+            with self._health.operation("storage probe"):
+                self._fs.write_file(path, b"ok")
+                self._fs.delete(path)
         except Exception as exc:
             log.debug("storage probe failed: %r", exc)
-            self._health.end(token, exc)
-        else:
-            self._health.end(token)

@@ -293,21 +293,13 @@ class LoadedPartition:
     def _flush(self, check_owner: bool) -> int:
         """In an I/O thread: one write and one sync for everything appended so far. Returns the durable offset."""
         self.flushes += 1
-        # Only a flush that writes tells how the storage does: one with nothing to write, or on a log that
-        # failed before, returns without asking it.
-        token = self._health.begin(f"a flush of {self.topic}/{self.index}") if self.log.pending else None
-        try:
+        if self.log.pending:
+            with self._health.operation(
+                f"a flush of {self.topic}/{self.index}", failures=(StorageError,), answered=(FencedError,)
+            ):
+                durable = self.log.flush()
+        else:  # nothing to write (or a log that failed before): it does not ask the storage, so tells nothing
             durable = self.log.flush()
-        except (StorageError, FencedError) as exc:
-            if token is not None:  # fenced: a newer owner, but the storage answered
-                self._health.end(token, None if isinstance(exc, FencedError) else exc)
-            raise
-        except BaseException:
-            if token is not None:
-                self._health.forget(token)
-            raise
-        if token is not None:
-            self._health.end(token)
         if check_owner:
             self.log.check_owner()  # a load that lost the partition must not answer a fence
         return durable

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,7 +41,7 @@ def test_a_failure_lasts_until_an_operation_begun_after_it_succeeds() -> None:
     h, clock = health()
     early = h.begin("probe")
     clock.now += 1
-    h.failed("cannot load t/0")
+    h.end(h.begin("loading t/0"), OSError("cannot load t/0"))
     clock.now += 4
     h.end(early)  # began before the failure: proves nothing about the storage now
     assert h.state().failing_s == 4.0
@@ -145,3 +147,18 @@ def test_a_peer_counts_only_once_its_storage_has_worked_for_a_while() -> None:
     assert writers_besides("a", ring, {"b": PeerStorage(True, 129_500, 129_000)}, **args) == []
     assert writers_besides("a", ring, {"b": PeerStorage(True, 129_500, 120_000)}, **args) == ["b"]
     assert writers_besides("a", ring, {"b": PeerStorage(True, 129_500, 0)}, **args) == []  # failing now
+
+
+def test_an_operation_block_ends_as_what_its_exception_says_of_the_storage() -> None:
+    h, clock = health()
+    with contextlib.suppress(LookupError), h.operation("loading t/0", failures=(OSError,)):
+        clock.now += 10
+        raise LookupError("ZooKeeper first")  # says nothing of the storage
+    assert h.state().failing_s == 0 and h.state().last_ok_ms == 0
+    with contextlib.suppress(PermissionError), h.operation("flush", failures=(OSError,), answered=(PermissionError,)):
+        raise PermissionError("fenced")  # the storage answered
+    assert h.state().last_ok_ms > 0
+    with contextlib.suppress(OSError), h.operation("flush", failures=(OSError,)):
+        raise OSError("cut")
+    clock.now += 1
+    assert h.state().failing_s == 1.0 and "flush: cut" in h.state().problem

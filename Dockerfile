@@ -18,7 +18,7 @@ COPY hashring hashring
 COPY fencing fencing
 COPY connectors connectors
 COPY metering metering
-RUN /opt/talos/bin/pip install --no-cache-dir ".[metering]"
+RUN /opt/talos/bin/pip install --no-cache-dir ".[server,connect,metering]"
 
 FROM python:3.11-slim-bookworm
 # Java runs Spark (the metering job); tini forwards SIGTERM so a server hands its partitions off.

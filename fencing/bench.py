@@ -206,7 +206,7 @@ def _hdfs(url: str, scratch: str) -> Iterator[tuple[FileSystem, str]]:
     directory is deleted after."""
     cluster = None
     if url == "auto":
-        from talos.devservices import HdfsCluster
+        from server.devservices import HdfsCluster
 
         cluster = HdfsCluster(Path(scratch) / "hdfs-service")
         print("starting a local HDFS ...", file=sys.stderr)

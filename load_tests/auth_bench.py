@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from performance import TOPIC, wrk
 
+from server.devservices import StandaloneServer
 from talos import Admin, Producer, RecordFuture
-from talos.devservices import StandaloneServer
 
 HERE = Path(__file__).resolve().parents[1]
 ADMIN = f"bench-{secrets.token_urlsafe(16)}"

@@ -26,9 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Unpack
 
+from server.devservices import ClusterServer, ClusterSettings, LocalCluster, wait_until
 from talos import Admin, Producer, Urllib3Transport
 from talos._transport import RequestOptions, Response
-from talos.devservices import ClusterServer, ClusterSettings, LocalCluster, wait_until
 
 
 class CountingTransport(Urllib3Transport):

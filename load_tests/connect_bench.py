@@ -32,8 +32,8 @@ from opensearchpy import OpenSearch
 
 from connectors.elasticsearch.naming import document, document_id
 from connectors.hdfs.files import encode
+from server.devservices import HdfsCluster, ManagedProcess, SearchServer, StandaloneServer, free_port, wait_until
 from talos import Admin, Consumer, Message, Producer
-from talos.devservices import HdfsCluster, ManagedProcess, SearchServer, StandaloneServer, free_port, wait_until
 
 TOPIC = "bench"
 PARTITIONS = 4

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from server.devservices import StandaloneServer
 from talos import Admin, Producer
-from talos.devservices import StandaloneServer
 
 
 def throughput(url: str, topic: str, *, idempotent: bool, messages: int, size: int) -> float:

@@ -39,8 +39,8 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 
+from server.devservices import StandaloneServer, free_port
 from talos import Admin, Consumer, Producer
-from talos.devservices import StandaloneServer, free_port
 
 PARTITIONS = 4
 _RATE = 200  # py-spy samples per second (more slows the server it samples)

@@ -21,8 +21,8 @@ import orjson
 from metering.duckdb_store import DuckDbStore
 from metering.job import spark_session, start
 from metering.store import Window
+from server.devservices import StandaloneServer
 from talos import Admin, Producer
-from talos.devservices import StandaloneServer
 
 
 def delay(url: str, spark: object, work: Path) -> float:

@@ -25,7 +25,7 @@ import redis.asyncio
 from nats.aio.client import Client as NatsClient
 from nats.js.api import StorageType
 
-from talos.devservices import ManagedProcess, ServiceError, free_port, wait_until
+from server.devservices import ManagedProcess, ServiceError, free_port, wait_until
 
 __all__ = ["Latencies", "NatsJetStream", "RedisStreams", "closed_loop"]
 

@@ -44,9 +44,9 @@ from peers import Latencies, NatsJetStream, RedisStreams, closed_loop
 
 from fencing.bench import hsync_latency, make_batches, raw_run
 from fencing.storage import open_storage
+from server.devservices import HdfsCluster, StandaloneServer
 from talos import Admin, Consumer, Producer, read_header
 from talos.cli._bench import CountingTransport, json_log_lines
-from talos.devservices import HdfsCluster, StandaloneServer
 
 MIB = 1024 * 1024
 BATCH_CONTENT_TYPE = "application/vnd.talos.batch"

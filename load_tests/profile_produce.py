@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from server.devservices import StandaloneServer
 from talos import Admin
-from talos.devservices import StandaloneServer
 
 TOPIC = "profile"
 # (part, substrings of a py-spy frame "function (file.py:line)"), tried from the innermost frame outwards.

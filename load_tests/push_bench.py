@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from server.devservices import ClusterSettings, LocalCluster, StandaloneServer
 from talos import Admin, Consumer, Producer, Subscriber
-from talos.devservices import ClusterSettings, LocalCluster, StandaloneServer
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from server.devservices import StandaloneServer
 from talos import Admin, Producer
-from talos.devservices import StandaloneServer
 
 SETTINGS = {"off": 0, "sampled-100": 100, "on": 1}
 

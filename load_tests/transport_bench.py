@@ -20,8 +20,8 @@ import aiohttp
 import httpx
 import urllib3
 
+from server.devservices import StandaloneServer
 from talos import Admin, RecordData, encode_batch
-from talos.devservices import StandaloneServer
 
 HEADERS = {"content-type": "application/vnd.talos.batch"}
 BODY = encode_batch([RecordData(b"x" * 100)])

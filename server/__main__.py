@@ -18,9 +18,9 @@ from typing import Any, NoReturn
 
 import uvicorn
 
+from server.app import Shutdown, create_asgi
 from server.config import load_config
 from server.coordination import kazoo_logs
-from server.http.app import Shutdown, create_asgi
 from server.http.connections import connection_limits, protocol_class, raise_fd_limit
 
 log = logging.getLogger("talos.server")

@@ -38,12 +38,12 @@ from server.coordination import paths as zk_paths
 from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore, decode_topic
 from server.errors import ApiError
-from server.http.forwarding import Forwarder
 from server.partition.executor import AffinityExecutor
 from server.partition.loaded import LoadedPartition, as_api_error, load_producer_states
 from server.partition.producer_ids import ProducerIds, StorageProducerIds
 from server.partition.producers import ProducerStates
 from server.partition.tailcache import TailCache
+from server.peers import Forwarder
 from server.security.guard import Security
 from server.security.store import SecurityStore
 from server.storage_health import StorageHealth
@@ -112,7 +112,7 @@ class Broker:
     @classmethod
     async def start(cls, config: ServerConfig, *, deadline: Callable[[], float | None] | None = None) -> Broker:
         """Open the storage, join the cluster (or read the topics), load the security document. Cancelled (a
-        SIGTERM during start-up: server/http/app.py), it closes what it opened by ``deadline()`` (a
+        SIGTERM during start-up: server/app.py), it closes what it opened by ``deadline()`` (a
         ``time.monotonic()``, or None: ``shutdown_timeout_s`` from then)."""
         broker = cls(config)
         broker._loop = asyncio.get_running_loop()

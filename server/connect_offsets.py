@@ -44,9 +44,8 @@ import orjson
 from server import internal_topics
 from server.broker import Broker
 from server.errors import ApiError
-from server.http import messages
-from server.http.messages import BATCH_CONTENT_TYPE
-from server.http.reply import answer_of
+from server.messaging.caller import SERVERS
+from server.messaging.fetch import fetch_batches
 from server.topics import TopicConfig
 from talos import Record, RecordData, decode_records, iter_batches, partition_for_key
 
@@ -209,10 +208,8 @@ class ConnectOffsetsIndex:
         state = cache.connectors.get((tenant, connector))
         return {} if state is None else state.documents()
 
-    def written(self, partition: int, answer: dict[str, Any], records: list[RecordData]) -> None:
-        """Fold in records this server just wrote as one batch (``answer``: the produce's), if they are next."""
-        results = answer.get("results") or [{}]
-        base = int(results[0].get("offset", -1))
+    def written(self, partition: int, base: int, records: list[RecordData]) -> None:
+        """Fold in records this server just wrote as one batch (at offset ``base``), if they are next."""
         cache = self._partitions.get(partition)
         if cache is None or base < 0 or base != cache.next_offset:
             return  # not indexed yet, or others wrote in between: the next catch-up reads them
@@ -231,18 +228,21 @@ class ConnectOffsetsIndex:
                 # Retention removed records not read yet (or the log is not the one indexed): fold what is left.
                 cache.restart(start)
             while cache.next_offset < end:
-                query = {"offset": str(cache.next_offset), "max_bytes": str(_READ_BYTES)}
-                accept = {"accept": BATCH_CONTENT_TYPE}
-                reply = await messages.fetch(self._broker, CONNECT_OFFSETS_TOPIC, partition, accept, query)
-                if reply.status == 416:  # retention passed us as we read
+                try:
+                    fetched = await fetch_batches(
+                        self._broker, SERVERS, CONNECT_OFFSETS_TOPIC, partition, cache.next_offset, _READ_BYTES
+                    )
+                except ApiError as exc:
+                    if exc.status != 416:
+                        raise  # the owner's error
+                    # Retention passed us as we read.
                     start, end = await internal_topics.bounds(self._broker, CONNECT_OFFSETS_TOPIC, partition)
                     cache.restart(start)
                     continue
-                if reply.status != 200:
-                    answer_of(reply)  # raises the owner's error
+                data = fetched.body
                 before = cache.next_offset
-                for position, _header in iter_batches(reply.body, verify=True):
-                    for record in decode_records(reply.body, position, verify=False):
+                for position, _header in iter_batches(data, verify=True):
+                    for record in decode_records(data, position, verify=False):
                         if record.offset >= cache.next_offset:  # a save may have been folded in meanwhile
                             apply(cache.connectors, record)
                             cache.next_offset = record.offset + 1
@@ -310,7 +310,7 @@ class ConnectOffsetsIndex:
             size += len(record.value or b"")
         for batch in batches:
             offset = await internal_topics.append(self._broker, CONNECT_OFFSETS_TOPIC, partition, batch)
-            self.written(partition, {"results": [{"offset": offset}]}, batch)
+            self.written(partition, offset, batch)
         if due:
             log.info("%s/%d: %d connectors snapshotted", CONNECT_OFFSETS_TOPIC, partition, len(due))
 

@@ -1,5 +1,6 @@
 """The server's own topics (``__consumer_offsets``, a group's retry and dead-letter topics): created on
-first use, and written and read through the normal produce and fetch paths, so they are placed on the
+first use, and written and read through the services' produce and fetch (``server.messaging``), as the servers' own
+requests, so they are placed on the
 ring, fenced and forwarded like any topic, and any server can read what another wrote.
 """
 
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 from server.broker import Broker
 from server.errors import ApiError
-from server.http import messages
-from server.http.messages import BATCH_CONTENT_TYPE
-from server.http.reply import answer_of
+from server.messaging.caller import SERVERS
+from server.messaging.fetch import fetch_batches
+from server.messaging.offsets import offsets
+from server.messaging.produce import produce_batch
 from server.topics import TopicConfig
 from talos import Record, RecordData, decode_records, encode_batch, iter_batches
 
@@ -44,18 +46,16 @@ async def append(
     """Write the records durably as one batch at the partition's owner; their first offset.
 
     ``producer``: (id, epoch, first sequence) of an idempotent producer, so a resend is stored once."""
-    headers = {"content-type": BATCH_CONTENT_TYPE}
     ids = {}
     if producer is not None:
         ids = {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": producer[2]}
-    reply = await messages.produce(broker, topic, partition, headers, {}, bytes(encode_batch(records, **ids)))
-    results = answer_of(reply).get("results") or [{}]
-    return int(results[0].get("offset", -1))
+    stored = await produce_batch(broker, SERVERS, topic, partition, bytearray(encode_batch(records, **ids)))
+    return stored.base_offset
 
 
 async def bounds(broker: Broker, topic: str, partition: int) -> tuple[int, int]:
     """The partition's earliest offset and its high watermark."""
-    doc = answer_of(await messages.offsets(broker, topic, partition, {}, {}))
+    doc = await offsets(broker, SERVERS, topic, partition)
     return int(doc["earliest"]), int(doc["latest"])
 
 
@@ -64,13 +64,8 @@ async def read_records(broker: Broker, topic: str, partition: int, *, start: int
     offset, end = await bounds(broker, topic, partition)
     offset = max(offset, start or 0)
     out: list[Record] = []
-    accept = {"accept": BATCH_CONTENT_TYPE}
     while offset < end:
-        query = {"offset": str(offset), "max_bytes": str(_READ_BYTES)}
-        reply = await messages.fetch(broker, topic, partition, accept, query)
-        if reply.status != 200:
-            answer_of(reply)  # raises the owner's error
-        data = reply.body
+        data = (await fetch_batches(broker, SERVERS, topic, partition, offset, _READ_BYTES)).body
         before = offset
         for position, _header in iter_batches(data, verify=True):
             for record in decode_records(data, position, verify=False):

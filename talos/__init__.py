@@ -4,20 +4,22 @@ The public SDK. Implementation lives in private modules; everything a user needs
 
     from talos import Admin, Producer, Consumer            # and AsyncAdmin, AsyncProducer, AsyncConsumer
 
-The rooms: the clients (``_admin``, ``_producer`` with ``_accumulator``, ``_window`` and ``_futures``,
-``_consumer`` with ``_group``), each written once for both ways of waiting (``_clients``: the blocking and
+The rooms: the clients (``_admin``; ``_producer`` with ``_send_planning``, ``_accumulator``, ``_sender``,
+``_idempotence``, ``_window`` and ``_futures``; ``_consumer`` with ``_fetcher``, ``_consumer_state``,
+``_group_coordinator`` and ``_group``), each written once for both ways of waiting (``_clients``: the blocking and
 asyncio kinds; ``_steps``: behaviour as generators of requests and pauses); addressing (``_routing``,
 ``_partitioning``); the wire (``_transport``, ``_codec``, ``_errors``, ``_names``); ``talos verify``
-(``_verify``, ``_faults``); the command line (``cli/``) and local services for development and tests
-(``devservices/``).
+(``_verify``); the command line (``cli/``).
 
-Imports no other package of this repository at module level (``server``, ``connectors`` and ``metering`` only
-inside CLI commands); ``import talos`` loads neither ``cli`` nor ``devservices``.
+Client-only: ``pip install talos-mq`` brings what these modules and the client commands import (click, orjson,
+websockets, aiohttp, urllib3, crc32c, cramjam). Imports no other package of this repository at module level
+(``server`` with its local services ``server.devservices``, ``connectors`` and ``metering`` only inside the CLI
+commands that need them, which first check that their extra is installed: ``talos.cli._extras``), and no
+third-party package beyond those; ``import talos`` loads no ``cli``.
 """
 
 from __future__ import annotations
 
-from talos._accumulator import RecordMetadata
 from talos._admin import DEFAULT_URL, Admin, AsyncAdmin, PartitionInfo, ProducerIdentity, TopicInfo
 from talos._codec import (
     HEADER_SIZE,
@@ -35,7 +37,7 @@ from talos._codec import (
     validate_batch,
     verify_batch,
 )
-from talos._consumer import AsyncConsumer, Consumer, Message
+from talos._consumer import AsyncConsumer, Consumer
 from talos._errors import (
     ApiError,
     AuthenticationError,
@@ -55,7 +57,8 @@ from talos._errors import (
     TruncatedBatchError,
     UnavailableError,
 )
-from talos._futures import RecordFuture, RecordsFuture
+from talos._fetcher import Message
+from talos._futures import RecordFuture, RecordMetadata, RecordsFuture
 from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
 from talos._producer import AsyncProducer, Producer, ProducerClosedError
 from talos._subscriber import AsyncSubscriber, SubscribedMessage, Subscriber, SubscriberOptions

@@ -16,16 +16,14 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from talos import _codec
 from talos._codec import Buffer, RecordData
+from talos._futures import ManyOutcome
 from talos._partitioning import partition_for_key
 
-if TYPE_CHECKING:
-    from talos._futures import ManyOutcome
-
-__all__ = ["Accumulator", "PendingBatch", "RecordMetadata", "any_partition", "choose_partition", "record_sizes"]
+__all__ = ["Accumulator", "PendingBatch", "any_partition", "choose_partition", "record_sizes"]
 
 F = TypeVar("F")
 _RECORD_OVERHEAD = 16
@@ -33,15 +31,6 @@ _RECORD_OVERHEAD = 16
 # first (their deltas are from its timestamp), then cut off. Its encoding: length 4, delta 0, key and value
 # null (zigzag -1), no headers.
 _ANCHOR_BYTES = b"\x04\x00\x01\x01\x00"
-
-
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record was stored."""
-
-    topic: str
-    partition: int
-    offset: int
 
 
 @dataclass

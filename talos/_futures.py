@@ -1,5 +1,6 @@
-"""``RecordFuture``: the sync producer's answer for one record, resolved together with its whole batch;
-``RecordsFuture``: its answer for a whole ``send_many`` call.
+"""The producers' answers: :class:`RecordMetadata`, where a record was stored; ``RecordFuture``, the sync
+producer's answer for one record, resolved together with its whole batch; ``RecordsFuture``, its answer for a
+whole ``send_many`` call.
 
 A ``concurrent.futures.Future`` per record costs a Condition and a lock (~3 µs); at hundreds of thousands
 of records a second that is the producer's largest cost. Records of one batch succeed or fail together,
@@ -12,10 +13,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from talos._accumulator import RecordMetadata
+__all__ = ["BatchOutcome", "ManyOutcome", "RecordFuture", "RecordMetadata", "RecordsFuture"]
 
-__all__ = ["BatchOutcome", "ManyOutcome", "RecordFuture", "RecordsFuture"]
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was stored."""
+
+    topic: str
+    partition: int
+    offset: int
 
 
 class BatchOutcome:

@@ -7,7 +7,8 @@ checked: every acknowledged value is stored at its acknowledged offset, exactly 
 each writer's values are in order within each partition; offsets are contiguous; no offset was ever
 acknowledged to, stored with, or handed to a consumer with two different values; the group saw every
 acknowledged value. The report also says, per partition, how long no send to it was acknowledged.
-``analyse`` is the pure part; ``run`` does the I/O (and injects faults through ``talos._faults``).
+``analyse`` is the pure part; ``run`` does the I/O (and injects the faults it is given: ``talos verify --faults
+local`` gives ``server.devservices.LocalFaults``).
 """
 
 from __future__ import annotations

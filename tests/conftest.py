@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fencing import FileSystem, open_storage
-from talos.devservices import HdfsCluster, ZooKeeperServer
+from server.devservices import HdfsCluster, ZooKeeperServer
 
 ARTIFACTS = Path(os.environ.get("TALOS_TEST_ARTIFACTS", Path(__file__).parent.parent / "test-artifacts"))
 
@@ -70,11 +70,47 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]
         fs.close()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phase",
+        choices=("all", "parallel", "serial"),
+        default="all",
+        help="scripts/test's phases: the tests not marked serial (run on several workers), or only those marked "
+        "serial (timing-checked or using the whole machine, run alone afterwards); default all",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("storage") == "hdfs":
             item.add_marker(pytest.mark.hdfs)
+
+
+_PARALLEL_ORDER = {name: rank for rank, name in enumerate(("cluster", "connectors", "spark", "e2e", "integration"))}
+
+
+class _Phase:
+    """``--phase``: keeps the tests of one phase. Last of the collection hooks, so that it sees the markers every
+    conftest adds (the cluster tests' ``slow``, say) and what ``-m`` kept."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        phase = config.getoption("--phase")
+        if phase == "all":
+            return
+        keep = [item for item in items if (item.get_closest_marker("serial") is not None) == (phase == "serial")]
+        if len(keep) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+            items[:] = keep
+        if phase == "parallel":
+            # The workers take modules in this order: the long ones (clusters, crash loops, Spark) first, the many
+            # short unit modules last, to even out the end of the run (longest first).
+            items.sort(key=lambda item: _PARALLEL_ORDER.get(Path(item.path).parent.name, len(_PARALLEL_ORDER)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Phase(), "talos-phase")
 
 
 _topic_names = itertools.count()

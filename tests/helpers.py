@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from fencing import PartitionLog
+from server.devservices import ManagedProcess, StandaloneServer, free_port
 from talos import Admin, Consumer, decode_records, iter_batches
-from talos.devservices import ManagedProcess, StandaloneServer, free_port
 
 
 def decoded(data: bytes) -> list[tuple[int, bytes | None]]:

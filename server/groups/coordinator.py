@@ -32,8 +32,8 @@ from server.groups.offsets import (
     snapshot_record,
 )
 from server.groups.state import BROADCAST, EXCLUSIVE, GroupState, Member, OffsetKey, tp_json
-from server.http import messages
-from server.http.reply import answer_of
+from server.messaging.caller import SERVERS
+from server.messaging.offsets import offsets as partition_offsets
 from server.partition_quota import check_partition_quota
 from server.topics import TopicConfig
 
@@ -319,8 +319,8 @@ class GroupCoordinator:
                 elif to == "latest":
                     value = latest
                 elif to == "timestamp":
-                    query = {"timestamp": str(timestamp)}
-                    value = int(answer_of(await messages.offsets(self._broker, topic, index, {}, query))["offset"])
+                    found = await partition_offsets(self._broker, SERVERS, topic, index, timestamp=timestamp)
+                    value = int(found["offset"])
                 else:
                     value = min(max(int(offset or 0), earliest), latest)
                 targets[("", topic, index)] = value

@@ -1,101 +1,47 @@
-"""The REST API v1 (ARCHITECTURE.md, "Public surfaces").
+"""The REST API v1 (ARCHITECTURE.md, "Public surfaces"), installed on the app by the assembly (``server.app``).
 
-Admin endpoints use FastAPI's models. Produce, fetch and offsets live in ``server.http.messages`` and are
-served by the raw ASGI fast path (``server.http.fastpath``) in front of this app; their FastAPI routes here
-carry the OpenAPI description (request bodies written by hand) and serve whatever the fast path passes on.
+Admin endpoints use FastAPI's models and call the services (``server.messaging.topics``, ``producers``).
+Produce, fetch and offsets live in ``server.http.messages`` and are served by the raw ASGI fast path
+(``server.http.fastpath``) in front of this app; their FastAPI routes here carry the OpenAPI description
+(request bodies written by hand) and serve whatever the fast path passes on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
-import math
-import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Callable
 from typing import Annotated, Any
 
-import orjson
 from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
-from kazoo.exceptions import KazooException
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from fencing import LogError, OffsetOutOfRangeError
-from server import connect_offsets, metrics, portal
-from server import partition_quota as partition_quotas
-from server.bounded import until_deadline
+from fencing import OffsetOutOfRangeError
+from server import metrics
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
-from server.groups import GroupCoordinator
-from server.groups import api as groups_api
-from server.http import connector_offsets, messages, openapi
-from server.http.fastpath import FastPath, authorize_message, read_body
-from server.http.messages import BATCH_CONTENT_TYPE, INT64_MAX
-from server.http.readiness import StorageCheck
-from server.http.reply import as_response, json_response
-from server.kafka.listener import KafkaListener
-from server.loop_watchdog import LoopWatchdog
-from server.portal import pages as portal_pages
-from server.portal.headers import PortalHeaders
-from server.security import api as security_api
-from server.security import audit
-from server.security.access import Principal, actions_on, hidden
-from server.security.api import principal
-from server.security.state import QUOTA_FIELDS
-from server.subscriptions import SubscriptionCoordinator
-from server.subscriptions import api as subscriptions_api
-from server.topics import MAX_PARTITIONS, TopicConfig, unknown_topic, validate_topic_name
-from server.trace import api as trace_api
-from server.trace.service import TraceService
-from server.usage.emitter import UsageEmitter
+from server.http import messages, openapi
+from server.http.routes import connector_offsets
+from server.http.routes import groups as groups_routes
+from server.http.routes import security as security_routes
+from server.http.routes import subscriptions as subscriptions_routes
+from server.http.routes import trace as trace_routes
+from server.http.routes.security import principal
+from server.messaging import producers as producer_service
+from server.messaging import topics as topic_service
+from server.messaging.authorization import authorize_message
+from server.messaging.forwarder import BATCH_CONTENT_TYPE
+from server.security.access import Principal
+from server.topics import MAX_PARTITIONS, TopicConfig
+from server.web import INT64_MAX, as_response, caller_of, json_response, read_body
 
-__all__ = ["Shutdown", "StartupAborted", "create_app", "create_asgi"]
+__all__ = ["install"]
 
 log = logging.getLogger("talos.server")
-
-
-class Shutdown:
-    """The process's stop, shared by the thread that takes its signals (server/__main__.py) and the lifespan below.
-
-    The first SIGTERM or SIGINT starts the clock: the drain of open requests, flushing and sealing the partitions
-    and leaving ZooKeeper are over by ``deadline`` (a ``time.monotonic()``), whatever the state the signal found
-    (starting, serving, shutting down); a later signal changes nothing. ``phase`` and ``step`` say where the
-    server is and ``abandoned`` what the deadline cut short: the report when the process has to be ended."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.deadline: float | None = None
-        self.signal = ""
-        self.phase = "starting"  # then serving, draining (open requests), closing (the lifespan), stopped
-        self.step = ""
-        self.abandoned: list[str] = []
-        self.start_aborted = False  # the lifespan failed on purpose: uvicorn's "startup failed" is expected
-
-    @property
-    def begun(self) -> bool:
-        return self.deadline is not None
-
-    def begin(self, reason: str) -> bool:
-        """Start the clock (from the signal-taking thread); False if it runs already: the deadline stays."""
-        if self.deadline is not None:
-            return False
-        self.deadline = time.monotonic() + self.timeout_s
-        self.signal = reason
-        if self.phase == "serving":
-            self.phase = "draining"
-        return True
-
-    def remaining(self) -> float:
-        return math.inf if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-
-
-class StartupAborted(Exception):
-    """A SIGTERM (or SIGINT) came during start-up: the server stopped before serving."""
 
 
 class TopicCreate(BaseModel):
@@ -221,124 +167,11 @@ async def read_request_body(request: Request, limit: int) -> bytes:
     return await read_body(request.receive, limit, request.headers.get("content-length"))
 
 
-def create_asgi(config: ServerConfig, shutdown: Shutdown | None = None) -> FastPath:
-    """The application as served: the fast path for produce/fetch/offsets in front of FastAPI."""
-    app = create_app(config, shutdown)
-    return FastPath(PortalHeaders(app), app.state.broker_of)  # not app.state.broker: a State lookup per call
-
-
-async def _start_broker(config: ServerConfig, shutdown: Shutdown | None) -> Broker:
-    """``Broker.start``, unless a signal comes first (``shutdown`` begun): then the start-up is cancelled, what it
-    opened is closed within the deadline, and the lifespan fails with :class:`StartupAborted` (uvicorn exits
-    without serving). Start-up may wait long: for ZooKeeper, for our server id, for the storage."""
-    if shutdown is None:
-        return await Broker.start(config)
-    if not shutdown.begun:
-        starting = asyncio.ensure_future(Broker.start(config, deadline=lambda: shutdown.deadline))
-        while not shutdown.begun:  # polled: the signal comes on another thread, maybe while the loop is stuck
-            done, _ = await asyncio.wait({starting}, timeout=0.1)
-            if done:
-                return starting.result()
-        shutdown.step = "cancelling the start-up"
-        starting.cancel()
-        await asyncio.wait({starting}, timeout=shutdown.remaining())
-        if not starting.done():
-            shutdown.abandoned.append("the cancelled start-up (closing what it had opened)")
-        elif not starting.cancelled() and starting.exception() is None:  # it was done as the signal came
-            shutdown.abandoned.extend(await starting.result().close(shutdown.deadline))
-    shutdown.start_aborted = True
-    log.info("%s during start-up: stopped before serving", shutdown.signal)
-    raise StartupAborted(f"{shutdown.signal} during start-up")
-
-
-def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAPI:
-    """The FastAPI application; ``shutdown`` (``python -m server``) bounds its start-up and shutdown by the
-    signals' deadline (else the shutdown gets ``shutdown_timeout_s`` from its start)."""
-    broker_holder: dict[str, Broker] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        watchdog = LoopWatchdog().start()  # logs what blocks the event loop, with its stack (issue 35)
-        try:
-            broker = await _start_broker(config, shutdown)
-        except BaseException:  # a failed or cancelled start-up: no lifespan shutdown follows
-            watchdog.stop()
-            raise
-        broker_holder["broker"] = broker
-        app.state.broker = broker
-        app.state.storage_check = StorageCheck(lambda: broker.fs.exists(broker.root))
-        app.state.coordinator = coordinator = GroupCoordinator(broker)
-        app.state.subscriptions = subscriptions = SubscriptionCoordinator(broker)
-        maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator, subscriptions))
-        refreshing = asyncio.get_running_loop().create_task(broker.security.run())
-        emitter = UsageEmitter(broker, broker.usage)
-        emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
-        app.state.trace = tracing = TraceService(broker)
-        tracing.start()
-        kafka = KafkaListener(broker, coordinator) if config.kafka_port else None
-        if kafka is not None:
-            await kafka.start()
-        gc.collect()
-        gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
-        if config.gc_threshold > 0:
-            gc.set_threshold(config.gc_threshold, *gc.get_threshold()[1:])
-        if broker.cluster is not None:
-            log.info("server %s at %s: storage %s, zk %s", config.member_id, config.url, config.storage, config.zk)
-        else:
-            log.info("talos serving storage %s", config.storage)
-        if shutdown is not None:
-            shutdown.phase = "draining" if shutdown.begun else "serving"
-        try:
-            yield
-        finally:
-            # Every step is over by the deadline; one still running then (storage or ZooKeeper hung) is given up.
-            end = shutdown.deadline if shutdown is not None and shutdown.deadline is not None else None
-            if end is None:
-                end = time.monotonic() + config.shutdown_timeout_s
-            end -= min(1.0, 0.1 * config.shutdown_timeout_s)  # left for uvicorn and the process to end
-            services_end = time.monotonic() + max(0.0, end - time.monotonic()) * 0.3  # the broker gets the rest
-            abandoned: list[str] = []
-            if shutdown is not None:
-                shutdown.phase = "closing"
-
-            async def step(what: str, closing: Awaitable[object]) -> None:
-                if shutdown is not None:
-                    shutdown.step = what
-                await until_deadline(what, closing, services_end, abandoned)
-
-            if kafka is not None:
-                await step("closing the Kafka listener", kafka.close())
-            maintenance.cancel()
-            refreshing.cancel()
-            if emitting is not None:
-                emitting.cancel()
-                await step("writing the last usage records", emitter.close())
-            await step("closing push subscriptions", subscriptions.close())
-            await step("writing the last trace events", tracing.close())
-            if shutdown is not None:
-                shutdown.step = "closing the broker (partitions, ZooKeeper, I/O threads)"
-            abandoned += await broker.close(end)
-            if shutdown is not None:
-                shutdown.abandoned += abandoned
-                shutdown.phase, shutdown.step = "stopped", ""
-            watchdog.stop()
-
-    app = FastAPI(
-        title="Talos",
-        version="0.1.0",
-        summary="A message queue with compute separated from storage.",
-        lifespan=lifespan,
-    )
-
-    def broker() -> Broker:
-        return broker_holder["broker"]
-
-    app.state.broker_of = broker
+def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) -> None:
+    """The REST API's routes and error answers on ``app`` (``broker``: the running broker, once started)."""
 
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> Response:
-        if request.url.path.startswith("/portal"):
-            return portal_pages.error_page(exc)
+    async def api_error(_request: Request, exc: ApiError) -> Response:
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -428,41 +261,22 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     def topic_json(topic: TopicConfig) -> dict[str, object]:
         return topic.to_json()
 
-    def check_partition_quota(tenant: str | None, topic: str | None, partitions: int) -> None:
-        partition_quotas.check_partition_quota(broker(), tenant, topic, partitions)
-
     def visible(who: Principal, topic: TopicConfig) -> bool:
-        security = broker().security
-        return not security.enabled or bool(actions_on(who, security.state, topic.name, topic.tenant))
+        return topic_service.visible(broker(), who, topic)
 
     def readable_topic(who: Principal, name: str) -> TopicConfig:
-        config = broker().topic(name)
-        if not visible(who, config):
-            if hidden(name, frozenset()):  # as if it did not exist: no tenant learns others' topic names
-                raise unknown_topic(name)
-            raise ApiError(403, "FORBIDDEN", f"tenant {who.name!r} may not see topic {name[:300]!r}")
-        return config
+        return topic_service.readable_topic(broker(), who, name)
 
     @app.post("/v1/topics", status_code=201, tags=["topics"], summary="Create a topic")
     async def create_topic(body: TopicCreate, request: Request) -> Response:
-        who = principal(request)
-        validate_topic_name(body.name)
-        if body.tenant is not None and not who.admin:
-            raise ApiError(403, "FORBIDDEN", "only the admin names a topic's tenant; a tenant's topics are its own")
-        security = broker().security
-        if body.name.startswith("__"):  # a shared internal topic clients may create: nobody's
-            tenant = None
-            security.authorize(who, body.name, "produce")
-        else:
-            tenant = who.tenant if who.tenant is not None else body.tenant
-            if tenant is not None:
-                security.state.tenant(tenant)  # 404 for an unknown tenant
-        check_partition_quota(tenant, None, body.partitions)
-        created = await broker().create_topic(
-            TopicConfig(body.name, body.partitions, body.retention_ms, body.retention_bytes, tenant=tenant)
-        )
-        await audit.record(
-            broker(), who, "topic.create", body.name, tenant=tenant, detail=f"{body.partitions} partitions"
+        created = await topic_service.create_topic(
+            broker(),
+            principal(request),
+            body.name,
+            body.partitions,
+            body.retention_ms,
+            body.retention_bytes,
+            tenant=body.tenant,
         )
         return json_response(topic_json(created), 201)
 
@@ -474,54 +288,22 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     @app.get("/v1/topics/{topic}", tags=["topics"], summary="Describe a topic with its partitions' offsets")
     async def describe_topic(topic: str, request: Request) -> Response:
         config = readable_topic(principal(request), topic)
-
-        async def detail(index: int) -> dict[str, object]:
-            reply = await messages.offsets(broker(), topic, index, {}, {})
-            owner = broker().owner(topic, index)
-            if reply.status != 200:  # another server's partition whose owner cannot answer now
-                return {"partition": index, "earliest": None, "latest": None, "owner": owner.server_id}
-            answer = orjson.loads(reply.body)
-            return {
-                "partition": index,
-                "earliest": answer["earliest"],
-                "latest": answer["latest"],
-                "owner": owner.server_id,
-            }
-
-        partitions = await asyncio.gather(*(detail(index) for index in range(config.partitions)))
+        partitions = await topic_service.describe_partitions(broker(), config)
         return json_response({**topic_json(config), "partitions_detail": partitions})
 
     @app.patch("/v1/topics/{topic}", tags=["topics"], summary="Add partitions or change retention")
     async def patch_topic(topic: str, body: TopicPatch, request: Request) -> Response:
-        who = principal(request)
-        current = broker().topic(topic)
-        broker().security.authorize(who, current, "admin")
-        if body.partitions is not None and body.partitions < current.partitions:
-            raise ApiError(400, "INVALID_REQUEST", f"partitions can only grow (now {current.partitions})")
-        if body.partitions is not None:
-            check_partition_quota(current.tenant, topic, body.partitions)
         changes = body.model_dump(exclude_unset=True)
         if "partitions" in changes and changes["partitions"] is None:  # null: unchanged (it stored None)
             del changes["partitions"]
         if "trace_sample" in changes and changes["trace_sample"] is None:  # null: unchanged
             del changes["trace_sample"]
-        updated = await broker().update_topic(topic, **changes)
-        detail = ", ".join(f"{k}={v}" for k, v in changes.items())
-        await audit.record(broker(), who, "topic.update", topic, tenant=current.tenant, detail=detail)
+        updated = await topic_service.update_topic(broker(), principal(request), topic, changes)
         return json_response(topic_json(updated))
 
     @app.delete("/v1/topics/{topic}", status_code=204, tags=["topics"], summary="Delete a topic and its data")
     async def delete_topic(topic: str, request: Request) -> Response:
-        who = principal(request)
-        current = broker().topic(topic)
-        broker().security.authorize(who, current, "admin")
-        # Its grants go first: a deletion that stops half-way leaves a topic nobody else reads, never a grant
-        # that a topic made later under the name would inherit.
-        await broker().security.change(lambda s: s.forget_topic_grants(topic))
-        await broker().delete_topic(topic)
-        if topic in broker().security.state.topic_quotas:  # a new topic of the same name starts unlimited
-            await broker().security.change(lambda s: s.set_quota(None, topic, dict.fromkeys(QUOTA_FIELDS)))
-        await audit.record(broker(), who, "topic.delete", topic, tenant=current.tenant)
+        await topic_service.delete_topic(broker(), principal(request), topic)
         return Response(status_code=204)
 
     # ---------------------------------------------------------------- idempotent producers
@@ -539,24 +321,18 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         except ValidationError as exc:
             message = "expected {'producer_id'?, 'name'?, 'producer_epoch'?, 'lease_ms'?}: " + _first_error(exc)
             raise ApiError(400, "INVALID_REQUEST", message) from None
-        b = broker()
-        tenant = principal(request).tenant if b.security.enabled else None  # the id's owner (None: the admin)
-        loop = asyncio.get_running_loop()
+        who = principal(request)
         if body.name is None:
             if body.producer_epoch is not None or body.lease_ms:
                 raise ApiError(400, "INVALID_REQUEST", "producer_epoch and lease_ms go with a name")
-            producer_id, epoch = await loop.run_in_executor(
-                b.executor, b.producer_ids.allocate, body.producer_id, tenant
-            )
+            producer_id, epoch = await producer_service.init_producer(broker(), who, body.producer_id)
             return json_response({"producer_id": producer_id, "producer_epoch": epoch})
         if (body.producer_id is None) != (body.producer_epoch is None):
             raise ApiError(400, "INVALID_REQUEST", "a renewal gives both producer_id and producer_epoch")
         holder = (
             None if body.producer_id is None or body.producer_epoch is None else (body.producer_id, body.producer_epoch)
         )
-        producer_id, epoch = await loop.run_in_executor(
-            b.executor, b.producer_ids.claim, body.name, tenant, body.lease_ms, holder
-        )
+        producer_id, epoch = await producer_service.claim_producer(broker(), who, body.name, body.lease_ms, holder)
         return json_response({"producer_id": producer_id, "producer_epoch": epoch, "lease_ms": body.lease_ms})
 
     async def _fence_body(request: Request) -> FenceRequest:
@@ -577,9 +353,10 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         authorize_message(broker(), principal(request), topic, "produce")
         body = await _fence_body(request)
         b = broker()
+        caller = caller_of(request.headers)
         replies = await asyncio.gather(
             *(
-                messages.fence(b, topic, p, request.headers, body.producer_id, body.producer_epoch)
+                messages.fence(b, caller, topic, p, body.producer_id, body.producer_epoch)
                 for p in range(b.topic(topic).partitions)
             )
         )
@@ -598,7 +375,8 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         authorize_message(broker(), principal(request), topic, "produce")
         body = await _fence_body(request)
         broker().check_partition(topic, partition)
-        reply = await messages.fence(broker(), topic, partition, request.headers, body.producer_id, body.producer_epoch)
+        caller = caller_of(request.headers)
+        reply = await messages.fence(broker(), caller, topic, partition, body.producer_id, body.producer_epoch)
         return as_response(reply)
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
@@ -607,7 +385,12 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     async def produce(topic: str, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "produce")
         body = await read_request_body(request, broker().config.max_request_bytes)
-        return as_response(await messages.produce(broker(), topic, None, request.headers, request.query_params, body))
+        caller, content_type, query = (
+            caller_of(request.headers),
+            request.headers.get("content-type"),
+            request.query_params,
+        )
+        return as_response(await messages.produce(broker(), caller, topic, None, content_type, query, body))
 
     @app.post(
         "/v1/topics/{topic}/partitions/{partition}/messages",
@@ -618,7 +401,12 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     async def produce_partition(topic: str, partition: PartitionIndex, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "produce")
         body = await read_request_body(request, broker().config.max_request_bytes)
-        reply = await messages.produce(broker(), topic, partition, request.headers, request.query_params, body)
+        caller, content_type, query = (
+            caller_of(request.headers),
+            request.headers.get("content-type"),
+            request.query_params,
+        )
+        reply = await messages.produce(broker(), caller, topic, partition, content_type, query, body)
         return as_response(reply)
 
     @app.get(
@@ -629,7 +417,8 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     )
     async def fetch(topic: str, partition: PartitionIndex, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "fetch")
-        return as_response(await messages.fetch(broker(), topic, partition, request.headers, request.query_params))
+        caller, accept = caller_of(request.headers), request.headers.get("accept")
+        return as_response(await messages.fetch(broker(), caller, topic, partition, accept, request.query_params))
 
     @app.get(
         "/v1/topics/{topic}/partitions/{partition}/offsets",
@@ -639,29 +428,12 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     )
     async def offsets(topic: str, partition: PartitionIndex, request: Request) -> Response:
         authorize_message(broker(), principal(request), topic, "offsets")
-        return as_response(await messages.offsets(broker(), topic, partition, request.headers, request.query_params))
+        caller = caller_of(request.headers)
+        return as_response(await messages.offsets(broker(), caller, topic, partition, request.query_params))
 
-    app.include_router(groups_api.router)
-    app.include_router(subscriptions_api.router)
-    app.include_router(security_api.router)
+    app.include_router(groups_routes.router)
+    app.include_router(subscriptions_routes.router)
+    app.include_router(security_routes.router)
     app.include_router(connector_offsets.router)
-    app.include_router(trace_api.router)
+    app.include_router(trace_routes.router)
     openapi.install(app)
-    app.include_router(portal.router)
-    return app
-
-
-async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions: SubscriptionCoordinator) -> None:
-    while True:
-        await asyncio.sleep(broker.config.maintenance_interval_s)
-        started = time.monotonic()
-        try:
-            await connect_offsets.index_of(broker).maintain()  # first: snapshots are due before retention runs
-            await broker.maintain()
-            await coordinator.maintain()
-            await subscriptions.maintain()
-        except (KazooException, ApiError, LogError) as exc:  # ZooKeeper or the storage away: next time
-            log.warning("maintenance stopped early, retried in %g s: %r", broker.config.maintenance_interval_s, exc)
-        except Exception:
-            log.exception("maintenance failed")
-        log.debug("maintenance took %.3fs", time.monotonic() - started)

@@ -18,72 +18,30 @@ from fencing import OffsetOutOfRangeError
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
-from server.http.forwarding import HOPS_HEADER
-from server.http.reply import Reply
+from server.messaging.authorization import authorize_message
+from server.messaging.forwarder import HOPS_HEADER, Reply
 from server.security.access import Principal
 from server.trace.recorder import CLIENT_HEADER
 from server.usage.meter import TENANT_HEADER
+from server.web import MAX_ADMIN_BODY, ASGIApp, Receive, Scope, Send, caller_of, read_body
 
 __all__ = [
     "PUBLIC_PATHS",
     "BodyReader",
     "FastPath",
     "Route",
-    "authorize_message",
-    "check_declared_length",
     "client_address",
-    "read_body",
     "route",
 ]
 
 # Answered without a token: probes, metrics, the API's documentation, and the portal (its own sign-in).
 PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json", "/portal", "/favicon.ico")
-_MESSAGE_ACTIONS = {"produce": "produce", "fetch": "consume", "offsets": "consume"}
-MAX_ADMIN_BODY = 1024 * 1024  # everything but produce: topics, groups, tenants, portal forms
 
 log = logging.getLogger("talos.server")
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _error(error: ApiError) -> Reply:
     return Reply(error.status, error_body(error), headers=error.headers)
-
-
-async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
-    """The whole request body, refusing (413) more than ``limit`` bytes before reading them all."""
-    check_declared_length(limit, declared)
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError("client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "REQUEST_TOO_LARGE", f"request body over the limit of {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def check_declared_length(limit: int, declared: str | None) -> None:
-    """413 if the request's content-length says its body is over ``limit`` (before a byte of it is read)."""
-    if declared is not None and _is_length(declared) and (len(declared) > 18 or int(declared) > limit):
-        raise ApiError(413, "REQUEST_TOO_LARGE", f"request body of {declared} bytes; the limit is {limit}")
-
-
-def _is_length(header: str) -> bool:
-    return header.isascii() and header.isdigit()
-
-
-def authorize_message(broker: Broker, principal: Principal, topic: str, kind: str) -> None:
-    """403 unless the principal may produce (``kind`` produce) or consume (fetch, offsets) the topic."""
-    if broker.security.enabled:
-        broker.security.authorize(principal, broker.topic(topic), _MESSAGE_ACTIONS[kind])
 
 
 def _is_index(segment: str) -> bool:
@@ -191,13 +149,16 @@ class FastPath:
             principal = await self._authenticate(headers)
             broker = self._broker()
             authorize_message(broker, principal, topic, hot.kind)
+            caller = caller_of(headers)
             if hot.kind == "produce":
                 data = await body(self.body_limit(hot), headers.get("content-length"))
-                return await messages.produce(broker, topic, partition, headers, query, data)
+                return await messages.produce(
+                    broker, caller, topic, partition, headers.get("content-type"), query, data
+                )
             assert partition is not None
             if hot.kind == "fetch":
-                return await messages.fetch(broker, topic, partition, headers, query)
-            return await messages.offsets(broker, topic, partition, headers, query)
+                return await messages.fetch(broker, caller, topic, partition, headers.get("accept"), query)
+            return await messages.offsets(broker, caller, topic, partition, query)
         except ApiError as exc:
             return _error(exc)
         except OffsetOutOfRangeError as exc:

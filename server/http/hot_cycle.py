@@ -19,8 +19,9 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from server.errors import ApiError
-from server.http.fastpath import FastPath, Route, check_declared_length, client_address
-from server.http.reply import Reply
+from server.http.fastpath import FastPath, Route, client_address
+from server.messaging.forwarder import Reply
+from server.web import check_declared_length
 
 __all__ = ["HotCycle"]
 

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from server.http.fastpath import PUBLIC_PATHS
-from server.http.messages import BATCH_CONTENT_TYPE
+from server.messaging.forwarder import BATCH_CONTENT_TYPE
 
 __all__ = ["ERROR_SCHEMA", "RULES", "StatusRule", "complete", "install", "statuses_for"]
 

@@ -1,6 +1,6 @@
 """Fetch and ListOffsets.
 
-A partition's stored batches come from the same code as REST's fetch (:func:`server.http.messages.read_batches`:
+A partition's stored batches come from the same code as REST's fetch (:func:`server.messaging.fetch.read_batches`:
 the tail cache or the segments, within the tenant's fetch quota, metered) and become Kafka record batches
 (``server.kafka.records``). A Fetch with nothing to return waits, up to ``max_wait_ms``, for the first of its
 partitions to get a message (a long poll over all of them), then reads again.
@@ -17,12 +17,12 @@ from typing import Any
 from fencing import OffsetOutOfRangeError
 from server.broker import NotOwnerError
 from server.errors import ApiError
-from server.http.fastpath import authorize_message
-from server.http.messages import read_batches
 from server.kafka.context import Context
 from server.kafka.failures import error_code
 from server.kafka.protocol.errors import ErrorCode
 from server.kafka.records import KafkaRecordError, talos_to_kafka
+from server.messaging.authorization import authorize_message
+from server.messaging.fetch import read_batches
 from server.partition.loaded import LoadedPartition
 
 __all__ = ["fetch", "list_offsets"]
@@ -62,7 +62,7 @@ async def _read(ctx: Context, read: _Read, max_bytes: int) -> None:
     try:
         authorize_message(broker, ctx.session.principal, read.topic, "fetch")
         loaded = read.loaded = await broker.partition(read.topic, index)
-        result = await read_batches(broker, loaded, ctx.session.headers, read.offset, max_bytes, 0)
+        result = await read_batches(broker, loaded, ctx.session.caller, read.offset, max_bytes, 0)
     except NotOwnerError:
         answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return

@@ -14,14 +14,13 @@ import time
 from typing import Any
 
 from server.errors import ApiError
-from server.groups.api import may_use_group
 from server.groups.coordinator import validate_group_name
-from server.http.fastpath import authorize_message
 from server.kafka.context import Context
 from server.kafka.failures import error_code
 from server.kafka.group_state import KafkaGroup
 from server.kafka.nodes import node_of
 from server.kafka.protocol.errors import ErrorCode
+from server.messaging.authorization import authorize_message, may_use_group
 
 __all__ = [
     "describe_groups",

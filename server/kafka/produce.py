@@ -1,7 +1,7 @@
 """Produce and InitProducerId.
 
 A Kafka batch becomes a Talos batch (``server.kafka.records``) and is stored by the same code as REST's
-binary produce (:func:`server.http.messages.store_batches`): the tenant's producer ids checked, its quota
+binary produce (:func:`server.messaging.produce.store_batches`): the tenant's producer ids checked, its quota
 paid, metered, traced, group-committed. acks 1 and -1 are answered once the batch is durable (there are no
 replicas to wait for: the storage is the replication); acks 0 is stored the same way and not answered.
 
@@ -18,12 +18,13 @@ from typing import Any
 
 from server.broker import NotOwnerError
 from server.errors import ApiError
-from server.http.fastpath import authorize_message
-from server.http.messages import store_batches
 from server.kafka.context import Context
 from server.kafka.failures import error_code
 from server.kafka.protocol.errors import ErrorCode
 from server.kafka.records import KafkaRecordError, kafka_to_talos
+from server.messaging.authorization import authorize_message
+from server.messaging.produce import store_batches
+from server.messaging.producers import init_producer
 from talos import read_header
 
 __all__ = ["init_producer_id", "partitions_of", "produce"]
@@ -104,7 +105,7 @@ async def _store(
         return _failed(ErrorCode.CORRUPT_MESSAGE, "no record batch")
     count = sum(read_header(b, 0).record_count for b in batches)
     answers = await store_batches(
-        broker, loaded, ctx.session.headers, batches, records=count, durable=True, appended=mine
+        broker, loaded, ctx.session.caller, batches, records=count, durable=True, appended=mine
     )
     first = answers[0]
     return {
@@ -121,11 +122,11 @@ async def init_producer_id(ctx: Context, body: dict[str, Any]) -> dict[str, Any]
     the one it names (KIP-360: a producer that lost track of its sequences bumps its epoch)."""
     if body.get("transactional_id") is not None:
         return {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
-    request: dict[str, Any] = {}
-    if body.get("producer_id", -1) >= 0:
-        request["producer_id"] = body["producer_id"]
+    requested = body.get("producer_id", -1)
     try:
-        answer = await ctx.rest("POST", "/v1/producers", request)
+        producer_id, epoch = await init_producer(
+            ctx.broker, ctx.session.principal, requested if requested >= 0 else None
+        )
     except ApiError as exc:
         return {
             "error_code": error_code(exc, denied=ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
@@ -134,7 +135,7 @@ async def init_producer_id(ctx: Context, body: dict[str, Any]) -> dict[str, Any]
         }
     return {
         "error_code": 0,
-        "producer_id": answer["producer_id"],
-        "producer_epoch": answer["producer_epoch"],
+        "producer_id": producer_id,
+        "producer_epoch": epoch,
         "throttle_time_ms": 0,
     }

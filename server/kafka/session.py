@@ -1,5 +1,5 @@
-"""One Kafka client connection's identity: who it authenticated as over SASL, and the request headers the
-shared REST code reads (authorization, tenant, client address).
+"""One Kafka client connection's identity: who it authenticated as over SASL, and the caller the service
+layer serves its requests for (``server.messaging.caller``: tenant, client address, credentials).
 
 A tenant token authenticates with either mechanism: PLAIN (the token is the password; the user name is
 not checked, the token names its tenant) or OAUTHBEARER (the token is the bearer token). The admin token
@@ -12,10 +12,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from server.messaging.caller import SERVERS, Caller
 from server.security.access import ANONYMOUS, Principal
 from server.security.guard import Security
-from server.trace.recorder import CLIENT_HEADER
-from server.usage.meter import TENANT_HEADER
 
 __all__ = ["MECHANISMS", "Session", "bearer_token"]
 
@@ -55,13 +54,13 @@ class Session:
     token: str | None = None
     mechanism: str | None = None  # chosen by SaslHandshake
     checked_at: float = 0.0  # when the token was last found valid
-    headers: dict[str, str] = field(default_factory=dict)
+    caller: Caller = SERVERS  # who the services serve its requests for: the peer, then its tenant (SASL)
     # Per partition, the newest produce of this connection: the next one waits until it is appended, so
     # pipelined requests reach the log in the order they were sent (idempotent sequences depend on it).
     appends: dict[tuple[str, int], asyncio.Future[None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.headers[CLIENT_HEADER] = self.peer
+        self.caller = Caller(client=self.peer)
 
     @property
     def authenticated(self) -> bool:
@@ -78,9 +77,7 @@ class Session:
         self.principal = principal or ANONYMOUS
         self.token = token
         self.checked_at = time.monotonic()
-        self.headers["authorization"] = f"Bearer {token}"
-        if self.principal.tenant is not None:
-            self.headers[TENANT_HEADER] = self.principal.tenant
+        self.caller = Caller(self.principal.tenant, self.peer, f"Bearer {token}")
         return True
 
     async def still_valid(self, refresh_s: float) -> bool:

@@ -4,13 +4,13 @@ Metadata names each partition's ring owner as its leader (a partition has one ow
 replicas and ISR are the leader alone). A tenant sees the topics it may use, as ``GET /v1/topics`` shows
 them; a topic it may not see is answered as unknown. Topics are never created by Metadata or Produce
 (as a Kafka cluster with ``auto.create.topics.enable=false``): creating one counts against the tenant's
-partition quota, so it is an explicit CreateTopics, which goes through this server's REST API.
+partition quota, so it is an explicit CreateTopics, made by the same service as REST's
+(``server.messaging.topics``): checked, limited and audited alike.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 from server.errors import ApiError
 from server.kafka.context import Context
@@ -18,9 +18,9 @@ from server.kafka.failures import error_code
 from server.kafka.nodes import leader_of, node_id, nodes
 from server.kafka.protocol import SUPPORTED
 from server.kafka.protocol.errors import ErrorCode
-from server.partition_quota import check_partition_quota
-from server.security.access import actions_on, hidden
-from server.topics import MAX_PARTITIONS, TopicConfig, validate_topic_name
+from server.messaging.topics import create_topic, delete_topic, validate_create, visible
+from server.security.access import hidden
+from server.topics import TopicConfig
 
 __all__ = ["api_versions", "create_topics", "delete_topics", "metadata"]
 
@@ -35,8 +35,7 @@ async def api_versions(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _visible(ctx: Context, config: TopicConfig) -> bool:
-    security = ctx.broker.security
-    return not security.enabled or bool(actions_on(ctx.session.principal, security.state, config.name, config.tenant))
+    return visible(ctx.broker, ctx.session.principal, config)
 
 
 def _topic_entry(ctx: Context, name: str) -> dict[str, Any]:
@@ -115,29 +114,16 @@ async def create_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": topic["name"], "error_code": 0, "error_message": None}
         try:
             request = _create_body(topic)
+            who = ctx.session.principal
             if body.get("validate_only"):
-                partitions = _validate(ctx, request)
+                partitions = validate_create(ctx.broker, who, request["name"], request.get("partitions", 1))
             else:
-                partitions = (await ctx.rest("POST", "/v1/topics", request))["partitions"]
+                partitions = (await create_topic(ctx.broker, who, **request)).partitions
             entry.update(num_partitions=partitions, replication_factor=1)
         except ApiError as exc:
             entry.update(error_code=_admin_code(exc), error_message=exc.message)
         results.append(entry)
     return {"throttle_time_ms": 0, "topics": results}
-
-
-def _validate(ctx: Context, request: dict[str, Any]) -> int:
-    """What a ``validate_only`` CreateTopics checks without making anything (REST has no dry run): the name,
-    that it is free, the partition count and the tenant's partition quota. The partitions it would have."""
-    broker = ctx.broker
-    name = validate_topic_name(request["name"])
-    if any(t.name == name for t in broker.list_topics()):
-        raise ApiError(409, "TOPIC_EXISTS", f"topic {name!r} already exists")
-    partitions = int(request.get("partitions", 1))  # REST's default
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise ApiError(400, "INVALID_REQUEST", f"partitions must be between 1 and {MAX_PARTITIONS}")
-    check_partition_quota(broker, ctx.session.principal.tenant, None, partitions)
-    return partitions
 
 
 def _admin_code(error: ApiError) -> ErrorCode:
@@ -157,7 +143,7 @@ async def delete_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             entry.update(error_code=ErrorCode.UNKNOWN_TOPIC_ID, error_message="topic ids are not supported; name it")
         else:
             try:
-                await ctx.rest("DELETE", f"/v1/topics/{quote(name, safe='')}")
+                await delete_topic(ctx.broker, ctx.session.principal, name)
             except ApiError as exc:
                 entry.update(error_code=_admin_code(exc), error_message=exc.message)
         results.append(entry)

@@ -1,6 +1,8 @@
 """The quota self-service portal (``/portal``): server-rendered pages for tenants and the admin.
 
-May import ``server.security``, ``server.broker``, the HTTP edge's fast path and ``metering`` (the usage charts).
+An edge: may import the services (``server.messaging``, ``server.trace.lookup``, ``server.security``), the
+broker, ``server.web`` (the ASGI types, reading a body) and ``metering`` (the usage charts); never another
+edge (``server.http``, ``server.kafka``, ``server.push``). Only the app assembly (``server.app``) imports it.
 """
 
 from server.portal.pages import router

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-from server.http.fastpath import ASGIApp, Receive, Scope, Send
+from server.web import ASGIApp, Receive, Scope, Send
 
 __all__ = ["PAGE_POLICY", "PortalHeaders"]
 

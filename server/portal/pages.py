@@ -24,7 +24,6 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from metering.quota_model import RESOURCES, format_amount
 from server.broker import Broker
 from server.errors import ApiError
-from server.http.fastpath import read_body
 from server.portal.charts import caption, line_chart
 from server.portal.headers import PAGE_POLICY
 from server.portal.labels import choice, label
@@ -32,6 +31,7 @@ from server.portal.session import COOKIE, LIFETIME_MS, Session, SessionSigner
 from server.security import audit
 from server.security.access import Principal
 from server.security.requests import decide_request, submit, usage_series
+from server.web import read_body
 
 __all__ = ["error_page", "router"]
 

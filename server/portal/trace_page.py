@@ -1,6 +1,6 @@
 """The portal's message trace page (``/portal/trace``): one message's timeline, or a key's messages over a
 time range, for the signed-in tenant's topics (the admin's: any topic). The data comes from
-``server.trace.api``, with the session's principal deciding what may be seen, as the REST API does."""
+``server.trace.lookup``, with the session's principal deciding what may be seen, as the REST API does."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from fastapi import Request
 from starlette.responses import Response
 
 from server.errors import ApiError
+from server.messaging.caller import SERVERS
 from server.portal.pages import _broker, _principal, _render, _session, _to_login, router
-from server.trace import api as trace_api
+from server.trace import lookup
 
 __all__ = ["trace_page"]
 
-_SINCE = {"1h": 3600_000, "6h": 6 * 3600_000, "24h": trace_api.DAY_MS, "7d": 7 * trace_api.DAY_MS}
+_SINCE = {"1h": 3600_000, "6h": 6 * 3600_000, "24h": lookup.DAY_MS, "7d": 7 * lookup.DAY_MS}
 
 
 def _steps(timeline: dict[str, Any]) -> list[dict[str, Any]]:
@@ -48,17 +49,17 @@ async def trace_page(
     asked = bool(topic)
     if asked:
         try:
-            config = trace_api.authorize(broker, _principal(session), topic)
+            config = lookup.authorize(broker, _principal(session), topic)
             if key:
                 now = int(time.time() * 1000)
-                found = await trace_api.keyed(
-                    broker, indexes, config, key.encode(), now - _SINCE.get(since, trace_api.DAY_MS), now, 100, {}
+                found = await lookup.keyed(
+                    broker, indexes, config, key.encode(), now - _SINCE.get(since, lookup.DAY_MS), now, 100, SERVERS
                 )
                 timelines = found
             else:
                 if not (partition.isdigit() and offset.isdigit()):
                     raise ApiError(400, "INVALID_REQUEST", "give a partition and an offset, or a key")
-                timelines = [await trace_api.timeline(broker, indexes, config, int(partition), int(offset), {})]
+                timelines = [await lookup.timeline(broker, indexes, config, int(partition), int(offset), SERVERS)]
         except ApiError as exc:
             error = exc.message
     return _render(

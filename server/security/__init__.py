@@ -7,5 +7,9 @@
 - ``store``: the document in the storage, versioned, re-read by every server.
 - ``guard``: the server's edge: authenticate, authorize, admit.
 - ``audit``: the audit log, kept in the internal topic ``__talos_audit``.
-- ``api``: the REST endpoints ``/v1/tenants``, ``/v1/acls``, ``/v1/quotas``, ``/v1/quota-requests``, ``/v1/audit``.
+- ``requests``: quota requests, as the REST API and the portal make and decide them.
+
+Imports the broker and below (and ``internal_topics`` for the audit log); never an edge or the services. The
+REST endpoints (``/v1/tenants``, ``/v1/acls``, ``/v1/quotas``, ``/v1/quota-requests``, ``/v1/audit``) are
+``server.http.routes.security``.
 """

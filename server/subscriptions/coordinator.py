@@ -27,9 +27,9 @@ from server import internal_topics, metrics
 from server.broker import Broker
 from server.cluster import Owner
 from server.errors import ApiError, out_of_range
-from server.http import messages
-from server.http.messages import BATCH_CONTENT_TYPE
-from server.http.reply import Reply, answer_of
+from server.messaging.caller import for_tenant
+from server.messaging.fetch import Fetched, decompression_limit, fetch_batches
+from server.messaging.records import message_json
 from server.partition_quota import check_partition_quota
 from server.subscriptions.ledger import DEAD, OK, Ledger
 from server.subscriptions.records import (
@@ -44,7 +44,6 @@ from server.subscriptions.records import (
     validate_subscription_name,
 )
 from server.topics import TopicConfig
-from server.usage.meter import TENANT_HEADER
 from talos import BatchError, Record, RecordData, decode_batches
 
 __all__ = ["Subscription", "SubscriptionCoordinator", "unknown_subscription"]
@@ -133,12 +132,6 @@ class Subscription:
 
     # ------------------------------------------------------------------ reading the topic
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"accept": BATCH_CONTENT_TYPE}
-        if self.tenant is not None:  # the reads are the tenant's: billed to it, under its fetch quota
-            headers[TENANT_HEADER] = self.tenant
-        return headers
-
     async def _read(self, partition: int) -> None:
         ledger = self.ledgers[partition]
         settings = self.settings
@@ -148,14 +141,15 @@ class Subscription:
             if ledger.window >= settings.max_in_flight or self.buffered[partition] >= _BUFFER_BYTES:
                 await room.wait()  # until something is settled
                 continue
-            query = {"offset": str(ledger.end), "max_bytes": str(_READ_BYTES), "wait_ms": str(wait_ms)}
+            # The reads are the tenant's: billed to it, under its fetch quota.
+            caller = for_tenant(self.tenant)
             try:
                 try:
-                    reply = await messages.fetch(self.broker, settings.topic, partition, self._headers(), query)
+                    fetched = await fetch_batches(
+                        self.broker, caller, settings.topic, partition, ledger.end, _READ_BYTES, wait_ms
+                    )
                 except OffsetOutOfRangeError as exc:
                     raise out_of_range(exc) from None
-                if reply.status != 200:
-                    answer_of(reply)
             except ApiError as exc:
                 await self._read_failed(partition, exc)
                 continue
@@ -164,7 +158,7 @@ class Subscription:
                 await asyncio.sleep(_RETRY_S)
                 continue
             try:
-                self._admit(partition, reply)
+                self._admit(partition, fetched)
             except BatchError:  # an unreadable batch header: nothing after it can be found in this answer
                 log.exception("subscription %s: %s/%d at %d", self.name, settings.topic, partition, ledger.end)
                 await asyncio.sleep(_RETRY_S)
@@ -194,12 +188,12 @@ class Subscription:
         retry_after = exc.headers.get("Retry-After") or exc.headers.get("retry-after")
         await asyncio.sleep(float(retry_after) if retry_after else _RETRY_S if exc.status != 404 else 5.0)
 
-    def _admit(self, partition: int, reply: Reply) -> None:
+    def _admit(self, partition: int, fetched: Fetched) -> None:
         ledger = self.ledgers[partition]
         held = self.messages[partition]
         added = False
-        limit = messages.decompression_limit(self.broker.config)
-        for decoded in decode_batches(reply.body, verify=False, max_decompressed=limit):
+        limit = decompression_limit(self.broker.config)
+        for decoded in decode_batches(fetched.body, verify=False, max_decompressed=limit):
             if decoded.error is not None:  # a damaged stored batch: nobody can read it, so nobody gets it
                 for offset in range(max(decoded.header.base_offset, ledger.end), decoded.header.next_offset):
                     if ledger.admit(offset, None):  # not one settled already (by a recovered lease's ack)
@@ -269,7 +263,7 @@ class Subscription:
             held = self.messages[partition]
             trace = self.broker.trace
             for offset, receipt in taken.leased:
-                item = messages.message_json(held[offset])
+                item = message_json(held[offset])
                 item.update(topic=settings.topic, partition=partition, delivery=receipt)
                 out.append(item)
                 trace.record(

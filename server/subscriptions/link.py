@@ -5,20 +5,17 @@ connected to relays (docs/subscriptions.md says why this rather than the client 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from server.broker import Broker
 from server.errors import ApiError
-from server.http.reply import answer_of
+from server.messaging.forwarder import answer_of
 from server.security.access import Principal
 from server.subscriptions.coordinator import Subscription, SubscriptionCoordinator, unknown_subscription
 
 __all__ = ["CoordinatorLink", "authorize"]
-
-_RELAYED = ("authorization", "traceparent")
 
 
 def authorize(broker: Broker, coordinator: SubscriptionCoordinator, who: Principal, name: str) -> None:
@@ -44,14 +41,20 @@ class CoordinatorLink:
         coordinator: SubscriptionCoordinator,
         name: str,
         who: Principal,
-        headers: Mapping[str, str],
+        credentials: str | None,
+        traceparent: str | None = None,
     ) -> None:
+        """``credentials``: the subscriber's own (an ``Authorization`` value), which the coordinator checks
+        itself; ``traceparent``: the subscriber's trace context, passed on."""
         self._broker = broker
         self._coordinator = coordinator
         self._name = name
         self._who = who
-        self._headers = {k: v for k in _RELAYED if (v := headers.get(k)) is not None}
-        self._headers["content-type"] = "application/json"
+        self._headers = {"content-type": "application/json"}
+        if credentials is not None:
+            self._headers["authorization"] = credentials
+        if traceparent is not None:
+            self._headers["traceparent"] = traceparent
 
     async def _remote(self, leaf: str, body: dict[str, Any], wait_s: float = 0.0) -> dict[str, Any]:
         owner = self._coordinator.owner(self._name)

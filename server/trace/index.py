@@ -9,7 +9,7 @@ id by offsets) finds the events covering an offset in O(log n). R*Tree coordinat
 outwards, so the tree is a superset and the exact range is checked on the row. Keys of produced messages go
 into a plain B-tree, ``(topic, key, ts)``.
 
-Blocking: call from the I/O threads, one call at a time per partition (``server.trace.api`` holds a lock).
+Blocking: call from the I/O threads, one call at a time per partition (``server.trace.keeper`` holds a lock).
 """
 
 from __future__ import annotations

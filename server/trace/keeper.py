@@ -19,9 +19,8 @@ from fencing.local import LocalFileSystem
 from server import internal_topics
 from server.broker import Broker
 from server.errors import ApiError
-from server.http import messages
-from server.http.messages import BATCH_CONTENT_TYPE
-from server.http.reply import answer_of
+from server.messaging.caller import SERVERS
+from server.messaging.fetch import fetch_batches
 from server.trace.events import TRACE_TOPIC
 from server.trace.index import PartitionIndex
 from server.trace.writer import RETENTION_MS
@@ -93,13 +92,9 @@ class TraceIndexes:
             elif position < earliest:  # retention went past it
                 await broker.io(index.add, [], earliest)
                 position = earliest
-            accept = {"accept": BATCH_CONTENT_TYPE}
             while position < end:
-                query = {"offset": str(position), "max_bytes": str(_READ_BYTES)}
-                reply = await messages.fetch(broker, TRACE_TOPIC, partition, accept, query)
-                if reply.status != 200:
-                    answer_of(reply)  # raises the owner's error
-                after = await broker.io(_add_chunk, index, reply.body, position)
+                fetched = await fetch_batches(broker, SERVERS, TRACE_TOPIC, partition, position, _READ_BYTES)
+                after = await broker.io(_add_chunk, index, fetched.body, position)
                 if after <= position:
                     break
                 position = after

@@ -4,11 +4,13 @@ The rooms: ``_topics`` (talos topics), ``_messages`` (produce, consume), ``_grou
 ``_subscriptions`` (subscribe, push subscriptions),
 ``_servers`` (standalone, server, cluster up/down, dev services), ``_security`` (tenants, tokens, acl, quotas),
 ``_connect``, ``_metering``, ``_verify``, ``_bench`` and ``_trace`` (message trace). ``_common`` (the shared
-options, one Admin call, SDK errors as CLI errors) and ``_output`` (tables and JSON) serve them all.
+options, one Admin call, SDK errors as CLI errors), ``_output`` (tables and JSON) and ``_extras`` (which commands
+need which extra of the install, and the one line saying how to get it) serve them all.
 
-May import: click, the public SDK and the SDK's own modules. ``server``, ``connectors`` and ``metering`` are
-imported only inside the command functions that need them, so ``import talos.cli`` loads none of them
-(tests/unit/test_cli_imports.py checks).
+May import: click, the public SDK and the SDK's own modules. ``server`` (and its ``server.devservices``),
+``connectors`` and ``metering`` are imported only inside the command functions that need them, after ``_extras``
+found their packages, so ``import talos.cli`` loads none of them and a client-only install runs every other
+command (tests/unit/test_cli_imports.py and tests/e2e/test_client_install.py check).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``talos connect run|validate|status``: the connectors of a YAML file (HDFS and Elasticsearch sinks and sources).
 
-May import: click, the public SDK, ``connectors`` (inside the commands only) and ``talos.cli``'s shared modules.
+May import: click, the public SDK, ``connectors`` (inside the commands only, once ``_extras`` found the connect
+extra) and ``talos.cli``'s shared modules.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import click
 
 from talos import DEFAULT_URL, TalosError
 from talos.cli._common import fail
+from talos.cli._extras import require
 from talos.cli._output import echo_json
 
 __all__ = ["connect"]
@@ -32,6 +34,8 @@ def connect() -> None:
           topics: [orders]           # sources write one `topic:` instead
           tasks: 2
           config: {namenode: "http://127.0.0.1:9870", path: /warehouse, format: parquet}
+
+    Needs the connect extra: pip install 'talos-mq[connect]'.
     """
 
 
@@ -71,6 +75,7 @@ def connect_run(config_file: str, url: str | None, status_port: int | None, stat
     consumer group (connect-<name>); sources checkpoint in the internal topic __connect_offsets, so a
     restarted runner resumes where it stopped. A failing task is restarted with backoff.
     """
+    require("connect run", "connect")
     import logging
 
     from connectors.runner import Runner
@@ -98,6 +103,7 @@ def connect_run(config_file: str, url: str | None, status_port: int | None, stat
 @click.argument("config_file", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
 def connect_validate(config_file: str) -> None:
     """Check CONFIG.yaml without running it: exit 1 and list every problem, or summarise it."""
+    require("connect validate", "connect")
     config = _connect_config(config_file)
     for connector in config.connectors:
         where = ", ".join(connector.topics or []) if connector.is_sink else connector.topic
@@ -113,6 +119,7 @@ def connect_validate(config_file: str) -> None:
 def connect_status(config_file: str, url: str | None, as_json: bool) -> None:
     """What Talos holds for each connector, whether a runner is up or not: a sink's group members and lag
     per partition, a source's checkpoint per task."""
+    require("connect status", "connect")
     from connectors.status import connector_status
 
     config = _connect_config(config_file)

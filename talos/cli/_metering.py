@@ -1,7 +1,7 @@
 """``talos metering run|query``: the metering job over ``__talos_metrics`` and queries of its store.
 
-May import: click, the public SDK, ``metering`` (inside the commands only: it needs the metering extra) and
-``talos.cli``'s shared modules.
+May import: click, the public SDK, ``metering`` (inside the commands only, once ``_extras`` found what the
+command needs of the metering extra) and ``talos.cli``'s shared modules.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import click
 
 from talos import Admin
 from talos.cli._common import URL
+from talos.cli._extras import require
 from talos.cli._output import Column, echo_json, echo_table
 
 __all__ = ["metering"]
@@ -40,10 +41,8 @@ def _store_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _open_store(store_path: str | None, druid: str | None) -> Any:
-    try:
-        from metering import open_store
-    except ImportError as exc:
-        raise click.ClickException(f"metering needs: pip install 'talos-mq[metering]' ({exc})") from None
+    from metering import open_store
+
     return open_store(duckdb_path=store_path, druid_url=druid)
 
 
@@ -72,6 +71,7 @@ def metering_run(
     master: str,
 ) -> None:
     """Run the metering job (Spark Structured Streaming over __talos_metrics) until Ctrl-C."""
+    require("metering run", "metering")
     store = _open_store(store_path, druid)
     from metering.job import spark_session, start
 
@@ -131,6 +131,7 @@ def metering_query(
     as_json: bool,
 ) -> None:
     """Traffic per topic/partition, usage per tenant, or the top partitions, over a window."""
+    require("metering query", "metering", ("pydruid",) if druid else ("duckdb",))  # only its store's client
     store = _open_store(store_path, druid)
     window = _window(since, until)
     if what == "traffic":

@@ -1,10 +1,11 @@
 """``talos standalone``, ``talos server``, ``talos cluster up|down`` and ``talos dev``: running Talos and its services.
 
-The server commands hand the process over to ``python -m server`` (os.execv); the development cluster and services
-come from ``talos.devservices``, imported inside the commands.
+The server commands hand the process over to ``python -m server`` (os.execv) once they have checked that the
+server extra is installed (``_extras``: else one line on how to install it); the development cluster and services
+come from ``server.devservices`` (standard library only), imported inside the commands.
 
-May import: click, the public SDK, ``talos.devservices`` (inside the commands) and ``talos.cli``'s shared modules;
-never ``server``.
+May import: click, the public SDK, ``server.devservices`` (inside the commands) and ``talos.cli``'s shared modules;
+no other module of ``server``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import click
 
 from talos.cli._common import CLUSTER_DIR
+from talos.cli._extras import require
 
 __all__ = ["cluster", "dev", "server", "standalone"]
 
@@ -104,7 +106,9 @@ def standalone(
 
     Serves the REST API v1 with OpenAPI docs at /docs, plus /healthz, /readyz and /metrics.
     Every setting can also come from the environment (TALOS_PORT, TALOS_GROUP_COMMIT=0, ...) or a TOML file.
+    Needs the server extra: pip install 'talos-mq[server]'.
     """
+    require("standalone", "server")
     argv = [sys.executable, "-m", "server", "standalone", "--log-format", log_format]
     for flag, value in (
         ("--host", host),
@@ -131,7 +135,9 @@ def server(args: tuple[str, ...]) -> None:
     """Run a cluster member (ZooKeeper + shared storage); `talos server --help` lists its options.
 
     Example: talos server --zk 127.0.0.1:2181 --storage hdfs://127.0.0.1:9000/talos --port 8081
+    (needs the server extra: pip install 'talos-mq[server]')
     """
+    require("server", "server")
     os.execv(sys.executable, [sys.executable, "-m", "server", "server", *args])
 
 
@@ -170,8 +176,10 @@ def cluster_up(
     Prints one `server <id> <url> pid=<pid>` line per server, one `kafka <id> <host:port>` line per server's
     Kafka listener, then the ZooKeeper and HDFS addresses.
     Running it again while the cluster is up prints the same lines and starts nothing.
+    Needs the server extra: pip install 'talos-mq[server]'.
     """
-    from talos.devservices import ClusterSettings, LocalCluster, ServiceError, recorded_alive, recorded_cluster
+    require("cluster up", "server")
+    from server.devservices import ClusterSettings, LocalCluster, ServiceError, recorded_alive, recorded_cluster
 
     state = recorded_cluster(base_dir)
     if state is not None:
@@ -192,7 +200,7 @@ def cluster_up(
             click.echo(f"admin-token {base_dir.resolve() / 'admin-token'}")
             click.echo(f"already up (state in {base_dir / 'cluster.json'})", err=True)
             return
-        from talos.devservices import stop_recorded_cluster
+        from server.devservices import stop_recorded_cluster
 
         stop_recorded_cluster(base_dir)  # leftovers of a cluster that died: clean them first
     settings = ClusterSettings(
@@ -220,7 +228,7 @@ def cluster_up(
 @CLUSTER_DIR
 def cluster_down(base_dir: Path) -> None:
     """Stop the cluster `up` started in --dir (servers gracefully first); nothing to do is fine."""
-    from talos.devservices import stop_recorded_cluster
+    from server.devservices import stop_recorded_cluster
 
     stopped = stop_recorded_cluster(base_dir)
     click.echo(f"stopped: {', '.join(stopped)}" if stopped else f"no cluster running in {base_dir}")
@@ -238,7 +246,7 @@ def dev_hadoop() -> None:
     They come from the PyPI source archive pyspark==2.4.8 and are cached in ~/.cache/talos
     (or $TALOS_CACHE_DIR). `talos dev services` and the tests do this on first use.
     """
-    from talos.devservices import ensure_hadoop
+    from server.devservices import ensure_hadoop
 
     click.echo(ensure_hadoop())
 
@@ -277,7 +285,7 @@ def dev_services(
 
     Prints their addresses once they are ready; stops them (by PID) on Ctrl-C or SIGTERM.
     """
-    from talos.devservices import HdfsCluster, SearchServer, ServiceError, ZooKeeperServer
+    from server.devservices import HdfsCluster, SearchServer, ServiceError, ZooKeeperServer
 
     base = base_dir or Path(tempfile.mkdtemp(prefix="talos-dev-"))
     base.mkdir(parents=True, exist_ok=True)

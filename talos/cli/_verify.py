@@ -1,7 +1,7 @@
 """``talos verify``: write to a cluster for a while (optionally under faults) and check nothing acknowledged is lost.
 
-May import: click, the public SDK, ``talos._verify`` and ``talos._faults`` (inside the command), and
-``talos.cli``'s shared modules.
+May import: click, the public SDK, ``talos._verify`` and ``server.devservices`` (inside the command, for
+``--faults local``), and ``talos.cli``'s shared modules.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def verify(
 
     injector = None
     if faults == "local":
-        from talos._faults import LocalFaults
+        from server.devservices import LocalFaults
 
         try:
             injector = LocalFaults(base_dir, say=lambda text: click.echo(text, err=True))

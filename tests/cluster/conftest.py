@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from talos import Producer
-from talos.devservices import (
+from server.devservices import (
     ClusterServer,
     ClusterSettings,
     HdfsCluster,
@@ -30,6 +29,7 @@ from talos.devservices import (
     free_port_range,
     wait_until,
 )
+from talos import Producer
 
 _counter = itertools.count()
 

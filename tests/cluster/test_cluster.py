@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from server.devservices import HdfsCluster, ZooKeeperServer, wait_until
 from talos import Admin, Consumer, Producer, TalosError
-from talos.devservices import HdfsCluster, ZooKeeperServer, wait_until
 from tests.cluster.conftest import FAST, Cluster, get_json, metric, post_json, start_cluster
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]

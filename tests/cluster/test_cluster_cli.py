@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from server.devservices import free_port_range, stop_recorded_cluster
 from talos import Admin, AuthenticationError, Consumer, Producer
-from talos.devservices import free_port_range, stop_recorded_cluster
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
 

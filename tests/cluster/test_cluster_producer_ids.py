@@ -10,8 +10,8 @@ import threading
 import httpx
 import pytest
 
+from server.devservices import wait_until
 from talos import Admin, ConflictError, Producer, ProducerFencedError, RecordData, encode_batch
-from talos.devservices import wait_until
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.helpers import create_tenants, partition_values
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from server.devservices import wait_until
 from talos import Admin, AuthenticationError, Producer
-from talos.devservices import wait_until
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from server.connect_offsets import CONNECT_OFFSETS_TOPIC, partition_of
+from server.devservices import wait_until
 from talos import Admin
-from talos.devservices import wait_until
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 
 CONNECTOR = "moving"

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from server.devservices import wait_until
 from talos import Admin
-from talos.devservices import wait_until
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.cluster.test_groups_cluster import coordinator_of
 from tests.helpers import create_tenants

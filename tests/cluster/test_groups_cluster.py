@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hashring import Ring
+from server.devservices import wait_until
 from talos import Admin, Producer, TalosError
-from talos.devservices import wait_until
 from tests.cluster.conftest import Cluster, get_json
 from tests.helpers import MemberProcesses, least_moves
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import HdfsCluster, ZooKeeperServer
+from server.devservices import HdfsCluster, ZooKeeperServer
 from tests.cluster.conftest import FAST, Cluster, get_json, start_cluster
 from tests.cluster.test_cluster import assert_round_robin
 

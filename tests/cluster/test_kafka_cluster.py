@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from server.devservices import ManagedProcess, wait_until
 from talos import Admin
 from talos._verify import analyse, read_everything
-from talos.devservices import ManagedProcess, wait_until
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.kafka_wire import KafkaWire
 

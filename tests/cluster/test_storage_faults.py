@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import HdfsCluster, ZooKeeperServer, wait_until
+from server.devservices import HdfsCluster, ZooKeeperServer, wait_until
 from tests.cluster.conftest import FAST, Cluster, get_json, post_json, start_cluster
 from tests.cluster.test_cluster import Load, check_no_loss
 
-pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
+pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.serial]  # resumes within 10 s
 
 STOPPED_S = 30.0
 PARTITIONS = 6

@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from server.devservices import wait_until
 from talos import Admin, Consumer, Producer
-from talos.devservices import wait_until
 from tests.cluster.conftest import Cluster
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from server.devservices import wait_until
 from talos import Admin, Producer
-from talos.devservices import wait_until
 from tests.cluster.conftest import Cluster
 
 

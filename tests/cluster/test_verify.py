@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import LocalCluster, recorded_cluster, stop_recorded_cluster
+from server.devservices import LocalCluster, recorded_cluster, stop_recorded_cluster
 from tests.cluster.conftest import FAST
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.slow]

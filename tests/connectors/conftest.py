@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from talos.devservices import ManagedProcess, SearchServer, free_port, wait_until
+from server.devservices import ManagedProcess, SearchServer, free_port, wait_until
 from tests.helpers import running_standalone
 
 

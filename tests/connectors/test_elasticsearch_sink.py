@@ -9,8 +9,8 @@ import orjson
 import pytest
 from opensearchpy import OpenSearch
 
+from server.devservices import SearchServer, wait_until
 from talos import Admin, Producer
-from talos.devservices import SearchServer, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector
 from tests.connectors.test_hdfs_sink import PARTITIONS, produce, topic_contents
 

@@ -13,8 +13,8 @@ from opensearchpy import OpenSearch
 
 from connectors.checkpoints import CheckpointStore
 from connectors.source import SOURCE_HEADER
+from server.devservices import SearchServer, wait_until
 from talos import Admin
-from talos.devservices import SearchServer, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector
 from tests.connectors.test_hdfs_source import read_topic, topic_count
 

@@ -15,8 +15,8 @@ from hdfs import InsecureClient
 
 from connectors.hdfs.files import parse_file_name
 from connectors.hdfs.sink import TMP_DIR
+from server.devservices import HdfsCluster, wait_until
 from talos import Admin, Consumer, Producer
-from talos.devservices import HdfsCluster, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector
 
 pytestmark = [pytest.mark.hdfs]

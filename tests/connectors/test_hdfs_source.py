@@ -14,8 +14,8 @@ from hdfs import InsecureClient
 
 from connectors.checkpoints import CheckpointStore
 from connectors.source import CONNECTOR_HEADER, SOURCE_HEADER
+from server.devservices import HdfsCluster, wait_until
 from talos import Admin, Consumer, Message
-from talos.devservices import HdfsCluster, wait_until
 from tests.connectors.conftest import Feeder, crash_loop, one_connector, talos_cli
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.slow]

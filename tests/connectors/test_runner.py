@@ -10,8 +10,8 @@ import pytest
 import yaml
 from opensearchpy import OpenSearch
 
+from server.devservices import HdfsCluster, SearchServer, free_port, wait_until
 from talos import Admin
-from talos.devservices import HdfsCluster, SearchServer, free_port, wait_until
 from tests.connectors.conftest import talos_cli
 from tests.connectors.test_elasticsearch_sink import count, sink_config
 from tests.connectors.test_hdfs_sink import produce

@@ -24,8 +24,8 @@ from connectors.config import HdfsSinkSettings
 from connectors.hdfs.files import file_name, temp_name
 from connectors.hdfs.sink import TMP_DIR, HdfsSinkWriter
 from connectors.sink import PAUSE_ENV, group_name
+from server.devservices import HdfsCluster, SearchServer, wait_until
 from talos import Admin
-from talos.devservices import HdfsCluster, SearchServer, wait_until
 from tests.connectors.conftest import ConnectProcess, one_connector
 from tests.connectors.test_elasticsearch_sink import all_documents, count
 from tests.connectors.test_hdfs_sink import (

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from talos.devservices import StandaloneServer
+from server.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
 __all__ = ["StandaloneServer"]

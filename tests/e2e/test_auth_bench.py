@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.serial  # a benchmark: its figures are measured against the clock
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "load_tests" / "auth_bench.py"
 CASES = ["off", "on", "before-on", "quota", "before-quota"]

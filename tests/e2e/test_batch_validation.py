@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from fencing import DirectoryEpochSource, PartitionLog, open_storage
+from server.devservices import StandaloneServer
 from server.topics import partition_dir
 from talos import HEADER_SIZE, Admin, Consumer, RecordData, crc32c, encode_batch
 from talos._compression import codec_named
-from talos.devservices import StandaloneServer
 
 ADMIN_TOKEN = "batch-validation-admin-token"
 BATCH = {"content-type": "application/vnd.talos.batch"}

@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from server.connect_offsets import CONNECT_OFFSETS_TOPIC, RETENTION_MS, partition_of
+from server.devservices import StandaloneServer, wait_until
 from talos import Admin
-from talos.devservices import StandaloneServer, wait_until
 
 pytestmark = pytest.mark.slow
 

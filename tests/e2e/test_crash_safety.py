@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.devservices import wait_until
 from talos import Admin, Consumer, Producer, TalosError, decode_records, iter_batches
-from talos.devservices import wait_until
 from tests.e2e.conftest import StandaloneServer
 
 # 20 kill -9 rounds in the slow group (issue 22); TALOS_CRASH_ROUNDS=100 for a longer soak.

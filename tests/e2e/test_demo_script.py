@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import free_port
+from server.devservices import free_port
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow

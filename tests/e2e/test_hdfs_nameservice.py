@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fencing import open_storage
+from server.devservices import HdfsCluster, free_port
 from talos import Admin, Consumer, Producer
-from talos.devservices import HdfsCluster, free_port
 from tests.e2e.conftest import StandaloneServer
 from tests.helpers import REPO
 

@@ -27,10 +27,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.devservices import ManagedProcess, StandaloneServer, free_port
+from server.devservices._process import wait_http_ready
 from talos import Admin
-from talos.devservices import ManagedProcess, StandaloneServer, free_port
-from talos.devservices._process import wait_http_ready
 from tests.helpers import read_responses, running_standalone
+
+pytestmark = pytest.mark.serial  # timeouts of seconds, measured
 
 ADMIN_TOKEN = "hostile-admin-token"
 TOPIC = "steady"

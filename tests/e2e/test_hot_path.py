@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import Admin
-from talos.devservices import StandaloneServer
 from tests.helpers import read_responses
 
 TOPIC = "hot-path"

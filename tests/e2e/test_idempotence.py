@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import Admin, Consumer, Producer, RecordData, Urllib3Transport, encode_batch
 from talos._transport import check
-from talos.devservices import StandaloneServer
 
 pytestmark = pytest.mark.slow
 

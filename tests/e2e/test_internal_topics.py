@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from server.devservices import wait_until
 from talos import Admin, Consumer, Producer
-from talos.devservices import wait_until
 from tests.helpers import SecuredStandalone, secured_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from talos.devservices import free_port
+from server.devservices import free_port
 from tests.helpers import SecuredStandalone, secured_standalone
 from tests.kafka_wire import KafkaWire
 

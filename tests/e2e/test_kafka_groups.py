@@ -20,8 +20,8 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 
+from server.devservices import wait_until
 from talos import Admin
-from talos.devservices import wait_until
 from tests.e2e.kafka_member import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 from tests.helpers import KafkaStandalone, MemberProcesses, running_kafka_standalone
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import StandaloneServer
+from server.devservices import StandaloneServer
+
+pytestmark = pytest.mark.serial  # load generators measured against the clock
 
 RUNNER = Path(__file__).resolve().parents[2] / "load_tests" / "locust_run.py"
 

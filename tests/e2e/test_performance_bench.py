@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.serial  # a benchmark: its figures are measured against the clock
+
 BENCH = Path(__file__).resolve().parents[2] / "load_tests" / "performance.py"
 
 

@@ -24,8 +24,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from metering.duckdb_store import DuckDbStore
 from metering.store import MinuteUsage
+from server.devservices import StandaloneServer
 from talos import Admin
-from talos.devservices import StandaloneServer
 from tests.conftest import ARTIFACTS
 from tests.helpers import headless_chromium, running_standalone
 

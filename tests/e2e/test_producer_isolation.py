@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import RecordData, encode_batch
-from talos.devservices import StandaloneServer
 from tests.helpers import secured_standalone
 
 BATCH = "application/vnd.talos.batch"

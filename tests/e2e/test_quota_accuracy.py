@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import Admin, Consumer, Producer
-from talos.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # rates measured against the clock
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 SECONDS = 30.0

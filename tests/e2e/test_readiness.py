@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import HdfsCluster, wait_until
+from server.devservices import HdfsCluster, wait_until
 from tests.e2e.conftest import StandaloneServer
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from talos.devservices import free_port
+from server.devservices import free_port
 from tests.e2e.conftest import StandaloneServer
 
 ROOT = Path(__file__).parents[2]

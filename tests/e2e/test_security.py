@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import (
     Admin,
     AuthenticationError,
@@ -26,7 +27,6 @@ from talos import (
     Producer,
     QuotaExceededError,
 )
-from talos.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"

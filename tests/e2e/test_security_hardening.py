@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import Admin
-from talos.devservices import StandaloneServer
 from tests.helpers import SecuredStandalone, secured_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"

@@ -25,8 +25,7 @@ from kazoo.client import KazooClient
 
 from server.__main__ import SHUTDOWN_INCOMPLETE_EXIT
 from server.coordination import paths
-from talos import Admin
-from talos.devservices import (
+from server.devservices import (
     ClusterServer,
     ClusterSettings,
     HdfsCluster,
@@ -36,7 +35,10 @@ from talos.devservices import (
     free_port,
     wait_until,
 )
+from talos import Admin
 from tests.e2e.test_crash_safety import produce_until_stopped
+
+pytestmark = pytest.mark.serial  # exits within a deadline, measured
 
 DEADLINE_S = 4.0
 SLACK_S = 4.0

@@ -20,9 +20,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from server.devservices import StandaloneServer
 from talos import RecordData, decode_batches, encode_batch
-from talos.devservices import StandaloneServer
 from tests.helpers import running_standalone
+
+pytestmark = pytest.mark.serial  # latencies compared while other partitions are loaded
 
 BATCH = {"content-type": "application/vnd.talos.batch"}
 MIB = 1024 * 1024

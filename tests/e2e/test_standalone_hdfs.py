@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from server.devservices import HdfsCluster, StandaloneServer
 from talos import Admin, Consumer, Producer
-from talos.devservices import HdfsCluster, StandaloneServer
 
 
 @pytest.mark.slow

@@ -20,8 +20,8 @@ import pytest
 from opentelemetry import trace as otel
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from server.devservices import StandaloneServer, wait_until
 from talos import Admin, Consumer, NotFoundError, Producer
-from talos.devservices import StandaloneServer, wait_until
 from tests.helpers import running_standalone
 
 pytestmark = pytest.mark.slow  # a server per module, and each test waits for a flush

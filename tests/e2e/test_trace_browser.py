@@ -16,8 +16,8 @@ from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from server.devservices import StandaloneServer, wait_until
 from talos import Admin, Consumer, Producer
-from talos.devservices import StandaloneServer, wait_until
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import click_and_load, sign_in
 from tests.helpers import headless_chromium, running_standalone

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from talos.devservices import ZooKeeperServer
+from server.devservices import ZooKeeperServer
 
 Connect = Callable[[], KazooClient]
 

@@ -16,8 +16,8 @@ from hashring import Ring
 from server.cluster import ClusterMember
 from server.config import ServerConfig
 from server.coordination import RingKeeper, RingStore, ServerRegistry, StaleRingError, ZkEpochSource
+from server.devservices import ZooKeeperServer, wait_until
 from talos import RecordData, encode_batch
-from talos.devservices import ZooKeeperServer, wait_until
 from tests.integration.conftest import Connect
 
 

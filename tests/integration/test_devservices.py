@@ -15,8 +15,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from fencing import open_storage
-from talos.devservices import HdfsCluster, ZooKeeperServer
-from talos.devservices._zookeeper import four_letter
+from server.devservices import HdfsCluster, ZooKeeperServer
+from server.devservices._zookeeper import four_letter
 
 
 def pid_alive(pid: int) -> bool:

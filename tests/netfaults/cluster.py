@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from talos.devservices import ClusterServer, HdfsCluster, ZooKeeperServer, free_port, wait_until
+from server.devservices import ClusterServer, HdfsCluster, ZooKeeperServer, free_port, wait_until
 from tests.cluster.conftest import FAST
 from tests.netfaults.network import Network
 

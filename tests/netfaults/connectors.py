@@ -26,8 +26,8 @@ from hdfs import InsecureClient
 from opensearchpy import OpenSearch
 
 from connectors.hdfs.files import parse_file_name
+from server.devservices import wait_until
 from talos import Admin, Consumer, Message
-from talos.devservices import wait_until
 from tests.connectors.conftest import ConnectProcess
 from tests.netfaults.cluster import SERVERS, TOKEN, NetCluster
 

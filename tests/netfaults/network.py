@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from talos.devservices import free_port
+from server.devservices import free_port
 
 __all__ = ["PREFIX", "Network", "NetworkError", "leftovers", "missing_tools"]
 

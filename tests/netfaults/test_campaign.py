@@ -38,12 +38,12 @@ from typing import Any
 
 import pytest
 
-from talos.devservices import SearchServer, wait_until
+from server.devservices import SearchServer, wait_until
 from tests.netfaults.cluster import GROUPS, SERVERS, TOKEN, HealthWatch, NetCluster
 from tests.netfaults.connectors import CONNECTORS, ConnectorsUnderFault
 from tests.netfaults.network import CLIENTS, REPO, Network, leftovers
 
-pytestmark = [pytest.mark.slow, pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.search]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.search]
 
 SECONDS = 60  # of writing, per fault
 FAULT_S = 50  # the fault's share of them; the rest is for recovery before the writers stop

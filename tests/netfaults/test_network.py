@@ -14,7 +14,8 @@ import pytest
 from tests.netfaults.conftest import echo_server
 from tests.netfaults.network import REPO, Network, leftovers
 
-pytestmark = pytest.mark.slow  # namespaces, links and timed faults: seconds per test
+# namespaces, links and timed faults: seconds per test; the namespaces take the machine's address space
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 PROBE = """
 import json, socket, sys, time

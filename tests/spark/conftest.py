@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from talos.devservices import StandaloneServer
+from server.devservices import StandaloneServer
 from tests.helpers import running_standalone
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from metering.duckdb_store import DuckDbStore
 from metering.job import start
+from server.devservices import wait_until
 from talos import Admin, Consumer, Producer
-from talos.devservices import wait_until
 from tests.spark.conftest import StandaloneServer
 
 

@@ -17,7 +17,7 @@ from server.errors import ApiError
 from server.http.messages import _messages_json, batch_spans
 from talos import HEADER_SIZE, BatchError, RecordData, encode_batch, set_base_offset, validate_batch
 from talos._codec import crc32c
-from talos._consumer import _decode
+from talos._fetcher import _decode
 from tests.unit.test_codec import records
 
 CRC_START = 17

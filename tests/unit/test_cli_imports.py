@@ -1,4 +1,4 @@
-"""``import talos`` and ``import talos.cli`` load no server, connector or metering code.
+"""``import talos`` and ``import talos.cli`` load no server, connector or metering code, nor their packages.
 
 The CLI imports those inside the commands that need them (``talos standalone`` hands over to ``python -m server``,
 ``talos connect`` and ``talos metering`` import their packages when they run), so an SDK user and ``talos --help``
@@ -11,7 +11,9 @@ import json
 import subprocess
 import sys
 
-FORBIDDEN = ("server", "connectors", "metering")
+from tests.unit.test_import_direction import SERVER_SIDE
+
+FORBIDDEN = ("server", "connectors", "metering", *SERVER_SIDE)  # and their packages, which the client install lacks
 
 PROBE = """
 import json, sys

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.http.messages import _holds_compressed, _messages_json, batch_spans
+from server.http.messages import _messages_json, batch_spans
+from server.messaging.fetch import holds_compressed as _holds_compressed
 from server.security.trim import trim_to_allowance
 from talos import (
     HEADER_SIZE,
@@ -35,7 +36,7 @@ from talos import (
 )
 from talos._codec import build_batch, crc32c, encode_records
 from talos._compression import MAX_DECOMPRESSED_SIZE, Codec, codec_named, compress, decompress
-from talos._consumer import _decode
+from talos._fetcher import _decode
 from tests.unit.test_codec import records
 
 CODECS = [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD]

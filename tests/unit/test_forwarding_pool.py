@@ -15,7 +15,7 @@ from aiohttp import web
 
 from server.cluster import Owner
 from server.errors import ApiError
-from server.http.forwarding import Forwarder
+from server.peers import Forwarder
 
 
 @contextlib.asynccontextmanager

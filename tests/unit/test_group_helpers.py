@@ -9,7 +9,7 @@ import orjson
 from server.groups.offsets import commit_record, fold, group_record, snapshot_record
 from server.groups.state import GroupState
 from talos import Message
-from talos._consumer import _State
+from talos._consumer_state import ConsumerState as _State
 from talos._group import Membership, hold_back, retry_record
 
 

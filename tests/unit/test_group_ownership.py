@@ -8,7 +8,8 @@ import pytest
 from server.errors import ApiError
 from server.security.access import Principal, actions_on
 from server.security.state import ADMIN_OWNER, MAX_GROUPS_PER_TENANT, SecurityState
-from talos._consumer import Message, _State
+from talos._consumer_state import ConsumerState as _State
+from talos._fetcher import Message
 from talos._group import dead_letter_record, hold_back, retry_problem, retry_record
 
 

@@ -29,8 +29,8 @@ from click.testing import CliRunner
 
 from connectors.config import load_config as load_connectors_config
 from server.__main__ import GRACEFUL_SHUTDOWN_S, build_parser
+from server.app import create_app
 from server.config import ServerConfig, load_config
-from server.http.app import create_app
 from talos.cli import main as talos_main
 from tests.helpers import REPO, render_overlay
 

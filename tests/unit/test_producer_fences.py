@@ -8,7 +8,7 @@ from server.errors import ApiError
 from server.partition.producers import Append, ProducerStates
 from talos import ProducerFencedError, RecordData, encode_batch, read_header
 from talos._errors import api_error
-from talos._producer import _fenced_by_another
+from talos._idempotence import fenced_by_another as _fenced_by_another
 
 
 def header(epoch: int, sequence: int, count: int = 1) -> object:
@@ -57,7 +57,7 @@ def test_a_batch_keeps_the_epoch_its_sequence_was_given_in() -> None:
     """Resent under a newer epoch, a batch's old sequence would name another batch of that epoch, whose
     offsets the partition would answer with: an acknowledgement pointing at someone else's records."""
     from talos._accumulator import PendingBatch
-    from talos._producer import Idempotence
+    from talos._idempotence import Idempotence
 
     idempotence = Idempotence(7, 1)
     old = PendingBatch("t", 0, created=0.0)

@@ -10,7 +10,7 @@ from server.errors import ApiError
 from server.partition.producers import RETAINED_BATCHES, Append, Duplicate, ProducerStates
 from talos import BatchHeader, RecordData, encode_batch, read_header
 from talos._accumulator import PendingBatch
-from talos._producer import Idempotence
+from talos._idempotence import Idempotence
 
 
 def header(pid: int, epoch: int, seq: int, count: int, base_offset: int = 0) -> BatchHeader:

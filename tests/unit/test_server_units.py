@@ -10,8 +10,8 @@ import pytest
 from server.cluster import Owner
 from server.config import load_config
 from server.errors import ApiError
-from server.http.forwarding import HOPS_HEADER, Forwarder
 from server.partition.tailcache import TailCache
+from server.peers import HOPS_HEADER, Forwarder
 from server.topics import validate_topic_name
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.config import ServerConfig
-from server.http.reply import Reply
+from server.peers import Reply
 from server.subscriptions.coordinator import Subscription
 from server.subscriptions.ledger import DEAD, OK, STALE, UNKNOWN, Ledger
 from server.subscriptions.records import Settings, Snapshot, decode, fence_record, snapshot_record

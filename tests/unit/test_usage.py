@@ -6,7 +6,7 @@ import time
 
 import orjson
 
-from server.http.messages import messages_from
+from server.messaging.fetch import messages_from
 from server.usage.meter import METRICS_TOPIC, UsageMeter, tenant_of, usage_records
 from talos import RecordData, encode_batch, set_base_offset
 

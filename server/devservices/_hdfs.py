@@ -8,8 +8,8 @@ import socket
 import urllib.request
 from pathlib import Path
 
-from talos.devservices._hadoop import ensure_hadoop
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, in_netns, wait_until
+from server.devservices._hadoop import ensure_hadoop
+from server.devservices._process import ManagedProcess, ServiceError, free_port, in_netns, wait_until
 
 __all__ = ["HdfsCluster"]
 

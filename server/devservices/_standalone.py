@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from talos.devservices._process import ManagedProcess, free_port, shutdown_wait_s, wait_http_ready
+from server.devservices._process import ManagedProcess, free_port, shutdown_wait_s, wait_http_ready
 
 __all__ = ["StandaloneServer"]
 

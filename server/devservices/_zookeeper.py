@@ -6,7 +6,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, in_netns, wait_until
+from server.devservices._process import ManagedProcess, ServiceError, free_port, in_netns, wait_until
 
 __all__ = ["ZooKeeperServer"]
 

@@ -19,16 +19,13 @@ from starlette.responses import Response
 from server.broker import Broker
 from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator, validate_group_name
-from server.http.bodies import body_schema, parse_body
-from server.http.fastpath import read_body
-from server.http.messages import INT64_MAX
-from server.http.reply import json_response
-from server.security.access import Principal
-from server.security.guard import Security
-from server.security.state import unknown_group
+from server.http.forwarding import relay
+from server.http.routes.security import principal
+from server.messaging.authorization import Claim, may_use_group
 from server.topics import MAX_PARTITIONS
+from server.web import INT64_MAX, body_schema, json_response, parse_body, read_body
 
-__all__ = ["Claim", "may_use_group", "router"]
+__all__ = ["router"]
 
 _MAX_BODY = 1024 * 1024
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
@@ -83,8 +80,6 @@ class ResetRequest(BaseModel):
 
 def _may_consume(request: Request, topics: list[str]) -> None:
     """A member consumes, commits or resets only topics its tenant may consume (checked at the coordinator)."""
-    from server.security.api import principal  # the security API imports the broker, as this module does
-
     broker: Broker = request.app.state.broker
     if broker.security.enabled:
         who = principal(request)
@@ -92,34 +87,11 @@ def _may_consume(request: Request, topics: list[str]) -> None:
             broker.security.authorize(who, broker.topic(topic), "consume")
 
 
-Claim = Literal["never", "tenant", "anyone"]
-
-
 async def _may_use(request: Request, group: str, claim: Claim) -> str | None:
-    from server.security.api import principal  # the security API imports the broker, as this module does
-
     security = request.app.state.broker.security
     if not security.enabled:
         return None
     return await may_use_group(security, principal(request), group, claim)
-
-
-async def may_use_group(security: Security, who: Principal, group: str, claim: Claim) -> str | None:
-    """404 unless ``who`` may use the group, claiming an unclaimed one for it if ``claim`` says so
-    (``"tenant"``: a tenant's use claims, the admin's does not); the group's owner (None: no tenant).
-    REST and the Kafka listener ask this one question."""
-    if not security.enabled:
-        return None
-    state = security.state
-    unclaimed = group not in state.group_owners
-    if unclaimed and (claim == "anyone" or (claim == "tenant" and not who.admin)):
-        state = await security.change(lambda s: s.claim_group(group, who.tenant))
-    elif not state.may_use_group(who.tenant, group):
-        state = await security.fresh()  # granted (or claimed) on another server a moment ago?
-        if not state.may_use_group(who.tenant, group):
-            raise unknown_group(group)
-    owner = state.group_owners.get(group)
-    return owner if owner is not None and owner in state.tenants else None
 
 
 async def _at_coordinator(
@@ -139,13 +111,11 @@ async def _at_coordinator(
         tenant = await _may_use(request, group, claim)
         return await handle(coordinator, raw, tenant)
     broker: Broker = request.app.state.broker
-    return await broker.forwarder.relay(owner, request, raw)
+    return await relay(broker.forwarder, owner, request, raw)
 
 
 @router.get("", summary="List groups")
 async def list_groups(request: Request) -> Response:
-    from server.security.api import principal
-
     coordinator: GroupCoordinator = request.app.state.coordinator
     groups = await coordinator.list()
     security = request.app.state.broker.security

@@ -19,8 +19,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from talos.devservices._hdfs import HdfsCluster
-from talos.devservices._process import (
+from server.devservices._hdfs import HdfsCluster
+from server.devservices._process import (
     ManagedProcess,
     ServiceError,
     free_port_range,
@@ -29,7 +29,7 @@ from talos.devservices._process import (
     wait_http_ready,
     wait_until,
 )
-from talos.devservices._zookeeper import ZooKeeperServer
+from server.devservices._zookeeper import ZooKeeperServer
 
 __all__ = [
     "ClusterServer",

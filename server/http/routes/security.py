@@ -16,13 +16,13 @@ from starlette.responses import Response
 
 from server.broker import Broker
 from server.errors import ApiError
-from server.http.reply import json_response
 from server.security import audit
 from server.security.access import ANONYMOUS, Principal
 from server.security.guard import unauthenticated
 from server.security.requests import decide_request, submit
 from server.security.state import QUOTA_BOUNDS, QUOTA_FIELDS, Quota, SecurityState, TokenRecord, unknown_group
 from server.security.tokens import new_token
+from server.web import json_response
 
 __all__ = ["principal", "router", "tenant_json"]
 

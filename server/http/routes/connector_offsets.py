@@ -25,12 +25,11 @@ from server import internal_topics
 from server.broker import Broker
 from server.connect_offsets import CONNECT_OFFSETS_TOPIC, TENANT_RECORD_HEADER, index_of, partition_of, topic_config
 from server.errors import ApiError
-from server.http import messages
-from server.http.fastpath import MAX_ADMIN_BODY, read_body
-from server.http.messages import BATCH_CONTENT_TYPE
-from server.http.reply import answer_of, json_response
-from server.security.api import broker_of, principal
-from server.usage.meter import TENANT_HEADER
+from server.http.routes.security import broker_of, principal
+from server.messaging.caller import for_tenant
+from server.messaging.fence import fence
+from server.messaging.produce import produce_batch
+from server.web import MAX_ADMIN_BODY, json_response, read_body
 from talos import RecordData, encode_batch
 
 __all__ = ["CONNECT_OFFSETS_TOPIC", "TENANT_RECORD_HEADER", "partition_of", "router"]
@@ -81,15 +80,13 @@ async def save(
     except orjson.JSONEncodeError as exc:  # e.g. an integer past 64 bits, which JSON parsing allowed
         raise ApiError(400, "INVALID_REQUEST", f"the checkpoint cannot be stored: {exc}") from None
     record = RecordData(value, f"{connector}/{task}".encode(), record_headers)
-    headers = {"content-type": BATCH_CONTENT_TYPE}
-    if tenant is not None:
-        headers[TENANT_HEADER] = tenant
     fields = (
         {} if producer is None else {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": -1}
     )
-    batch = bytes(encode_batch([record], **fields))
-    reply = await messages.produce(broker, CONNECT_OFFSETS_TOPIC, partition_of(connector), headers, {}, batch)
-    index_of(broker).written(partition_of(connector), answer_of(reply), [record])  # after answer_of: stored
+    batch = bytearray(encode_batch([record], **fields))
+    partition = partition_of(connector)
+    stored = await produce_batch(broker, for_tenant(tenant), CONNECT_OFFSETS_TOPIC, partition, batch)
+    index_of(broker).written(partition, stored.base_offset, [record])  # once stored
 
 
 @router.get("/{name}/offsets", summary="A connector's checkpoints (the caller's tenant's connector of that name)")
@@ -140,9 +137,6 @@ async def fence_checkpoints(name: str, request: Request) -> Response:
             400, "INVALID_REQUEST", f"expected {{'producer_id', 'producer_epoch'}}: {exc.errors()[0]['msg']}"
         ) from None
     await internal_topics.ensure(broker, topic_config())
-    headers = {} if tenant is None else {TENANT_HEADER: tenant}
     partition = partition_of(name)
-    answer_of(
-        await messages.fence(broker, CONNECT_OFFSETS_TOPIC, partition, headers, body.producer_id, body.producer_epoch)
-    )
+    await fence(broker, for_tenant(tenant), CONNECT_OFFSETS_TOPIC, partition, body.producer_id, body.producer_epoch)
     return json_response({"connector": name, "producer_epoch": body.producer_epoch})

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from talos.devservices import relaunch
+from server.devservices._cluster import relaunch
 
 __all__ = ["LocalFaults"]
 

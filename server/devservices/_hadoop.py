@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from talos.devservices._process import ServiceError
+from server.devservices._process import ServiceError
 
 __all__ = ["HADOOP_VERSION", "cache_dir", "ensure_hadoop"]
 

@@ -33,13 +33,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.errors import ApiError
 from server.subscriptions.link import CoordinatorLink
+from server.subscriptions.making import MAX_WINDOW
 
 __all__ = ["MAX_WINDOW", "OPS", "Session", "error_frame"]
 
 log = logging.getLogger("talos.subscriptions")
 
 OPS = ("ack", "nack", "extend")
-MAX_WINDOW = 10_000
 _PULL_WAIT_S = 10.0
 _MAX_PULL = 500
 _BACKOFF_S = 0.2

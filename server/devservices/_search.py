@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from talos.devservices._process import ManagedProcess, ServiceError, free_port, wait_http_ready
+from server.devservices._process import ManagedProcess, ServiceError, free_port, wait_http_ready
 
 __all__ = ["SearchServer"]
 

@@ -1,0 +1,42 @@
+"""Quota admission and metering of a message request, on the partition's owner."""
+
+from __future__ import annotations
+
+import time
+
+from server.broker import Broker
+from server.messaging.caller import Caller
+from server.security.buckets import TokenBucket
+
+__all__ = ["Metered", "admit"]
+
+
+def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBucket]:
+    """Rate quotas, on the partition's owner (429 when over); the byte buckets to pay once sizes are known.
+    Every byte a tenant causes counts, on internal topics (a group's retry and dead-letter topics) too; only
+    the servers' own requests on their topics (the admin principal, no tenant named) are not limited."""
+    if caller.tenant is None and topic.startswith("__"):
+        return []
+    return broker.security.admit(caller.billed, topic, kind)
+
+
+class Metered:
+    """Counts a request served here (the partition's owner) for metering; the body fills in ``sizes``. A class,
+    not a generator-based context manager: it is on every produce and fetch."""
+
+    __slots__ = ("_broker", "_key", "_started", "sizes")
+
+    def __init__(self, broker: Broker, caller: Caller, topic: str, partition: int) -> None:
+        self._broker = broker
+        self._key = (caller.billed, topic, partition)
+        self._started = time.monotonic()
+        self.sizes: dict[str, int] = {}
+
+    def __enter__(self) -> dict[str, int]:
+        return self.sizes
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self._broker.usage.record(self._key, started=self._started, sizes=self.sizes)
+        else:
+            self._broker.usage.record(self._key, started=self._started, error=True)

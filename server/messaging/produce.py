@@ -1,0 +1,175 @@
+"""Produce: batches stored on the partition's owner as a caller (its producer ids checked, its quota admitted
+and paid, metered, traced), or handed to the owner when the partition is another server's."""
+
+from __future__ import annotations
+
+import asyncio
+
+from server import metrics
+from server.broker import Broker, NotOwnerError
+from server.cluster import Owner
+from server.errors import ApiError
+from server.messaging.admission import Metered, admit
+from server.messaging.authorization import authorize_producers
+from server.messaging.caller import Caller
+from server.messaging.forwarder import BATCH_CONTENT_TYPE, answer_of, call_partition
+from server.partition.loaded import LoadedPartition, ProduceResult
+from server.security.guard import pay
+from server.trace.recorder import SIDE_PREFIXES
+from talos import RecordData, encode_batch, read_header
+
+__all__ = ["produce_batch", "produce_records", "store_batches"]
+
+
+async def store_batches(
+    broker: Broker,
+    loaded: LoadedPartition,
+    caller: Caller,
+    batches: list[bytearray],
+    *,
+    records: int,
+    durable: bool,
+    appended: asyncio.Future[None] | None = None,
+) -> list[ProduceResult]:
+    """Store validated batches on this partition's owner, as ``caller``: its idempotent producer ids checked,
+    its quotas admitted and paid, metered, traced. One implementation for REST's binary produce and the Kafka
+    listener. With ``appended`` (the Kafka listener's pipelined requests, which must reach the log in the order
+    they were sent), each batch is appended before the next is handed over, and ``appended`` is resolved once
+    the last one is (or the request failed); else all are handed over at once."""
+    topic, partition = loaded.topic, loaded.index
+    size = sum(len(b) for b in batches)
+    if broker.security.enabled and caller.tenant is not None:
+        producer_ids = {read_header(b, 0).producer_id for b in batches}
+        await authorize_producers(broker, caller.tenant, producer_ids)
+    buckets = admit(broker, caller, topic, "produce")
+    with Metered(broker, caller, topic, partition) as usage:
+        usage.update(bytes_in=size, messages_in=records)
+        if buckets:
+            await pay(buckets, size)
+        # Validated before (batch_spans, the Kafka codec): the log need not check the CRC a second time.
+        if appended is not None:
+            answers = await _in_order(loaded, batches, durable, appended)
+        elif len(batches) == 1:
+            answers = [await loaded.produce(batches[0], durable=durable, verify=False)]
+        else:
+            answers = list(await asyncio.gather(*(loaded.produce(b, durable=durable, verify=False) for b in batches)))
+    _trace_produced(broker, topic, partition, batches, answers, caller, durable)
+    metrics.produced(topic, records, size)
+    return answers
+
+
+async def _in_order(
+    loaded: LoadedPartition, batches: list[bytearray], durable: bool, appended: asyncio.Future[None]
+) -> list[ProduceResult]:
+    stores: list[asyncio.Future[ProduceResult]] = []
+    try:
+        for batch in batches:
+            each: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            stores.append(asyncio.ensure_future(loaded.produce(batch, durable=durable, verify=False, appended=each)))
+            await asyncio.wait((each, stores[-1]), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not appended.done():
+            appended.set_result(None)
+    return list(await asyncio.gather(*stores))
+
+
+async def produce_records(
+    broker: Broker,
+    caller: Caller,
+    topic: str,
+    groups: dict[int, list[tuple[int, RecordData]]],
+    *,
+    producer: dict[str, int],
+    durable: bool,
+) -> list[ProduceResult]:
+    """Records, per partition (``groups``: partition → (index in the request, record)), each partition's as one
+    batch, stored here or at their owners; the answers in ``groups``' order. ``producer``: the idempotent
+    producer's ``producer_id``, ``producer_epoch`` and ``base_sequence`` (empty: none)."""
+    # Admitted once, before any partition is written: a 429 must not leave part of the request stored.
+    buckets = admit(broker, caller, topic, "produce") if any(broker.owns(topic, p) for p in groups) else []
+
+    async def commit(partition: int, items: list[tuple[int, RecordData]]) -> ProduceResult:
+        # Encoded here, so the log need not check the CRC a second time.
+        batch = bytearray(encode_batch([record for _, record in items], **producer))
+        try:
+            loaded = await broker.partition(topic, partition)
+        except NotOwnerError as exc:  # another server's partition: hand it the batch, already encoded
+            return await _forward_batch(broker, caller, exc.owner, topic, partition, batch, durable)
+        if producer and broker.security.enabled and caller.tenant is not None:
+            await authorize_producers(broker, caller.tenant, {producer["producer_id"]})
+        with Metered(broker, caller, topic, partition) as usage:
+            usage.update(bytes_in=len(batch), messages_in=len(items))
+            if buckets:
+                await pay(buckets, len(batch))
+            answer = await loaded.produce(batch, durable=durable, verify=False)
+        _trace_produced(broker, topic, partition, [batch], [answer], caller, durable)
+        return answer
+
+    if len(groups) == 1:  # the common case: no gather
+        return [await commit(*next(iter(groups.items())))]
+    return list(await asyncio.gather(*(commit(p, items) for p, items in groups.items())))
+
+
+async def produce_batch(
+    broker: Broker, caller: Caller, topic: str, partition: int, batch: bytearray, *, durable: bool = True
+) -> ProduceResult:
+    """One batch the server encoded (valid by construction) stored at the partition's owner, wherever it is."""
+    try:
+        loaded = await broker.partition(topic, partition)
+    except NotOwnerError as exc:
+        return await _forward_batch(broker, caller, exc.owner, topic, partition, batch, durable)
+    records = read_header(batch, 0).record_count
+    return (await store_batches(broker, loaded, caller, [batch], records=records, durable=durable))[0]
+
+
+async def _forward_batch(
+    broker: Broker, caller: Caller, owner: Owner, topic: str, partition: int, batch: bytearray, durable: bool
+) -> ProduceResult:
+    query = {"acks": "durable" if durable else "accepted"}
+    reply = await call_partition(
+        broker.forwarder,
+        caller,
+        owner,
+        "POST",
+        topic,
+        partition,
+        "messages",
+        query=query,
+        body=bytes(batch),
+        content_type=BATCH_CONTENT_TYPE,
+        route=False,
+    )
+    results = answer_of(reply).get("results")
+    if not results:
+        raise ApiError(502, "FORWARD_FAILED", f"the owner's answer holds no result: {reply.body[:200]!r}")
+    return ProduceResult.from_wire(results[0])
+
+
+def _trace_produced(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    batches: list[bytearray],
+    answers: list[ProduceResult],
+    caller: Caller,
+    durable: bool,
+) -> None:
+    """Hand stored batches to the message trace (``server.trace.recorder``): of a traced topic, or of a group's
+    retry and dead-letter topics (they retry messages of traced topics). Off, this is one dict lookup."""
+    sample = broker.trace_sample(topic)
+    if sample:
+        for batch, answer in zip(batches, answers, strict=True):
+            broker.trace.produced(
+                topic,
+                partition,
+                answer.base_offset,
+                answer.next_offset,
+                batch,
+                sample=sample,
+                tenant=caller.billed,
+                client=caller.client,
+                durable=durable,
+            )
+    elif topic.startswith(SIDE_PREFIXES):
+        for batch, answer in zip(batches, answers, strict=True):
+            broker.trace.side_record(topic, partition, answer.base_offset, batch, tenant=caller.billed)

@@ -398,7 +398,9 @@ def _walk_records_py(buf: Buffer, start: int, end: int, count: int) -> None:
     found = 0
     while cursor < end and found <= count:
         size = buf[cursor]
-        if size < 0x80:  # records under 128 bytes (one-byte length) are the common case: read inline
+        # records under 128 bytes (one-byte length) are the common case: read inline. A negative "byte" (a
+        # signed view) is read as a varint, which moves on, not as a length that would stand still.
+        if 0 <= size < 0x80:
             cursor += 1 + size
         else:
             size, cursor = _get_uvarint(buf, cursor, end)

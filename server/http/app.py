@@ -34,6 +34,7 @@ from server.http.routes.security import principal
 from server.messaging import producers as producer_service
 from server.messaging import topics as topic_service
 from server.messaging.authorization import authorize_message
+from server.messaging.fence import fence
 from server.messaging.forwarder import BATCH_CONTENT_TYPE
 from server.security.access import Principal
 from server.topics import MAX_PARTITIONS, TopicConfig
@@ -353,17 +354,15 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         authorize_message(broker(), principal(request), topic, "produce")
         body = await _fence_body(request)
         b = broker()
-        caller = caller_of(request.headers)
-        replies = await asyncio.gather(
-            *(
-                messages.fence(b, caller, topic, p, body.producer_id, body.producer_epoch)
-                for p in range(b.topic(topic).partitions)
-            )
+        caller, partitions = caller_of(request.headers), b.topic(topic).partitions
+        fenced = await asyncio.gather(
+            *(fence(b, caller, topic, p, body.producer_id, body.producer_epoch) for p in range(partitions)),
+            return_exceptions=True,
         )
-        for reply in replies:
-            if reply.status != 200:
-                return as_response(reply)
-        return json_response({"topic": topic, "partitions": len(replies), "producer_epoch": body.producer_epoch})
+        for outcome in fenced:  # the first partition's refusal (its owner's, if forwarded) is the answer
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return json_response({"topic": topic, "partitions": len(fenced), "producer_epoch": body.producer_epoch})
 
     @app.post(
         "/v1/topics/{topic}/partitions/{partition}/fence",
@@ -376,8 +375,7 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         body = await _fence_body(request)
         broker().check_partition(topic, partition)
         caller = caller_of(request.headers)
-        reply = await messages.fence(broker(), caller, topic, partition, body.producer_id, body.producer_epoch)
-        return as_response(reply)
+        return json_response(await fence(broker(), caller, topic, partition, body.producer_id, body.producer_epoch))
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
 

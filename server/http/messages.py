@@ -22,7 +22,6 @@ from server import metrics
 from server.broker import Broker, NotOwnerError
 from server.errors import ApiError
 from server.messaging.caller import Caller
-from server.messaging.fence import fence_here
 from server.messaging.fetch import (
     batch_headers,
     decompression_limit,
@@ -51,7 +50,6 @@ __all__ = [
     "JSON",
     "Reply",
     "batch_spans",
-    "fence",
     "fence_fields",
     "fetch",
     "message_json",
@@ -428,27 +426,3 @@ def fence_fields(doc: object) -> tuple[int, int]:
     if not fields:
         raise ApiError(400, "INVALID_REQUEST", "producer_id is required")
     return fields["producer_id"], fields["producer_epoch"]
-
-
-async def fence(broker: Broker, caller: Caller, topic: str, partition: int, producer_id: int, epoch: int) -> Reply:
-    """``POST /v1/topics/{t}/partitions/{p}/fence``: the partition refuses the producer's older epochs from
-    now on, and everything it accepted from them before is durable when this answers."""
-    try:
-        loaded = await broker.partition(topic, partition)
-    except NotOwnerError as exc:
-        body = orjson.dumps({"producer_id": producer_id, "producer_epoch": epoch})
-        return await call_partition(
-            broker.forwarder,
-            caller,
-            exc.owner,
-            "POST",
-            topic,
-            partition,
-            "fence",
-            query={},
-            body=body,
-            content_type=JSON,
-            client=False,
-            route=False,
-        )
-    return Reply(200, orjson.dumps(await fence_here(broker, loaded, caller, producer_id, epoch)))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import posixpath
 import queue
 import threading
 import time
 
 import hdfs_native
+import hdfs_native._internal
 
 from fencing.errors import StorageError
 from fencing.filesystem import Buffer, FileInfo, FileSystem, storage_errors
@@ -17,21 +19,21 @@ __all__ = ["HdfsFileSystem"]
 
 
 class _Closer:
-    """Closes writers that were dropped unclosed, on a thread of its own.
+    """Closes the writers of files dropped by the server, on a thread of its own.
 
-    ``hdfs_native.FileWriter`` is an ``io.RawIOBase``, whose finalizer closes it: a NameNode call, made by
-    whichever thread drops the last reference. A log abandoned because its storage hangs is dropped on the
-    server's event loop, and the close then blocked the loop (every request, ``/healthz`` too) for as long as
-    the NameNode was unreachable: 52 s under the "owner cut from HDFS" fault. Writers dropped unclosed are
-    handed here instead; a close that hangs holds up only this thread."""
+    Closing a writer is a NameNode call, made by whichever thread drops the last reference when it is left to a
+    finalizer. A log abandoned because its storage hangs is dropped on the server's event loop, and the close
+    then blocked the loop (every request, ``/healthz`` too) for as long as the NameNode was unreachable: 52 s
+    under the "owner cut from HDFS" fault, 222 s under flapping links when the cycle collector found the file
+    in a cycle. Dropped writers are handed here instead; a close that hangs holds up only this thread."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[hdfs_native.FileWriter] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[hdfs_native._internal.RawFileWriter] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def close_later(self, writer: hdfs_native.FileWriter) -> None:
-        """Close ``writer`` (again, if it was: a no-op then) and drop it, on the closer's thread."""
+    def close_later(self, writer: hdfs_native._internal.RawFileWriter) -> None:
+        """Close ``writer`` (again, if it was: an error then, ignored) and drop it, on the closer's thread."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="talos-hdfs-closer", daemon=True)
@@ -52,11 +54,15 @@ _closer = _Closer()
 class HdfsFile:
     def __init__(self, path: str, writer: hdfs_native.FileWriter) -> None:
         self._path = path
-        self._writer = writer
+        # The file writes through the native writer itself. The wrapper (an ``io.RawIOBase``) is marked closed
+        # by the base class, which calls no NameNode: its finalizer, which closes the native writer, would
+        # otherwise run on whatever thread collects it, even after __del__ below handed the writer on (the
+        # cycle collector finalizes every object of a dead cycle, the wrapper too).
+        self._writer = writer.inner
+        io.RawIOBase.close(writer)
         self._closed = False
 
     def __del__(self) -> None:
-        # Closed or not (abandoned), the writer's own finalizer calls the NameNode: not on this thread.
         _closer.close_later(self._writer)
 
     @property

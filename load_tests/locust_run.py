@@ -31,11 +31,12 @@ def prepare(url: str, topic: str, partitions: int, prefill: int, size: int) -> N
         with contextlib.suppress(ConflictError):  # there already
             admin.create_topic(topic, partitions=partitions)
         held = sum((p.latest or 0) - (p.earliest or 0) for p in admin.describe_topic(topic).partition_offsets)
-    if held >= prefill:
-        return
+    # At least one message per partition, acknowledged before the clock starts: a run of a few seconds
+    # on a loaded machine otherwise spends them opening partitions and may complete no request at all.
     with Producer(url) as producer:
-        for i in range(prefill - held):
+        for i in range(max(prefill - held, partitions)):
             producer.send(topic, b"p" * size, partition=i % partitions)
+        producer.flush()
 
 
 def summary(stats_csv: Path) -> tuple[list[list[str]], int]:

@@ -42,13 +42,21 @@ import posixpath
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from fencing.epochs import EpochSource, highest_epoch
 from fencing.errors import FencedError, LogCorruptError, LogError, OffsetOutOfRangeError, StorageError
-from fencing.filesystem import Buffer, FileSystem, WritableFile
-from fencing.segments import EPOCH_DIR, SegmentName, epoch_marker_name
+from fencing.filesystem import Buffer, FileInfo, FileSystem, WritableFile
+from fencing.segments import (
+    EPOCH_DIR,
+    START_DIR,
+    CleaningName,
+    SegmentName,
+    epoch_marker_name,
+    parse_start_marker,
+    start_marker_name,
+)
 from talos import (
     HEADER_SIZE,
     BatchError,
@@ -60,7 +68,7 @@ from talos import (
     verify_batch,
 )
 
-__all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "scan_valid_prefix"]
+__all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "SealedSegment", "scan_valid_prefix"]
 
 log = logging.getLogger("talos.log")
 
@@ -143,6 +151,25 @@ class _ChunkBuffer:
         return b"".join(out)
 
 
+@dataclass(frozen=True, slots=True)
+class SealedSegment:
+    """A sealed segment as a compaction sees it."""
+
+    name: SegmentName
+    path: str
+    length: int
+
+
+def entries_of_older_cleaning(entries: list[tuple[SegmentName | None, FileInfo]], epoch: int) -> list[FileInfo]:
+    """The ``.cleaning`` files of epochs below ``epoch`` among a directory's entries."""
+    out = []
+    for _name, info in entries:
+        cleaning = CleaningName.parse(info.name)
+        if cleaning is not None and cleaning.epoch < epoch:
+            out.append(info)
+    return out
+
+
 @dataclass
 class _Segment:
     name: SegmentName
@@ -156,6 +183,7 @@ class _Segment:
     # Its bytes while the storage cannot serve them (open on HDFS): the active segment, and a rolled one
     # until its background seal is done.
     memory: _ChunkBuffer | None = None
+    replaced: bool = False  # by a compaction's output, or deleted (retention, deleted records): read again
 
     @property
     def base(self) -> int:
@@ -182,6 +210,9 @@ class PartitionLog:
         self._next_offset = 0  # next offset to assign
         self._durable_offset = 0  # everything below is flushed and acknowledged
         self._error: LogError | None = None
+        self._log_start = 0  # records below were deleted (``delete_records``); segments may start lower
+        # Retention, deleted records and compaction change the sealed segments: one at a time.
+        self._maintenance = threading.Lock()
         self.recovery: RecoveryReport | None = None  # what the takeover found
 
     # ------------------------------------------------------------------ takeover
@@ -205,7 +236,7 @@ class PartitionLog:
         if self._hook is not None:
             self._hook(name)
 
-    def _path(self, name: str | SegmentName) -> str:
+    def _path(self, name: str | SegmentName | CleaningName) -> str:
         return posixpath.join(self._dir, str(name))
 
     def _take_over(self) -> RecoveryReport:
@@ -228,6 +259,10 @@ class PartitionLog:
                 ((name, info) for name, info in entries if name is not None), key=lambda e: (e[0].base, e[0].epoch)
             )
             retry = False
+            for info in entries_of_older_cleaning(entries, self._epoch):
+                # An older owner's compaction output not yet renamed: deleted, its rename then fails (the
+                # owner created it before checking the markers, so it either saw ours or left it to us).
+                fs.delete(self._path(info.name))
             for name, _info in segments:
                 if name.sealed:
                     continue
@@ -277,14 +312,13 @@ class PartitionLog:
 
     def _load_sealed(self) -> None:
         entries = [(SegmentName.parse(i.name), i) for i in self._fs.list(self._dir)]
-        sealed = sorted(
-            ((name, info) for name, info in entries if name is not None and name.sealed),
-            key=lambda e: (e[0].base, e[0].epoch),
-        )
+        sealed = [(name, info) for name, info in entries if name is not None and name.sealed]
+        kept = self._resolve_compacted(sealed)
+        self._log_start = self._read_start()
         segments: list[_Segment] = []
-        for index, (name, info) in enumerate(sealed):
+        for index, (name, info) in enumerate(kept):
             assert name.end is not None and name.length is not None
-            if name.length == 0 and index < len(sealed) - 1:
+            if name.length == 0 and name.end == name.base and index < len(kept) - 1:
                 # An empty segment (a roll interrupted by a takeover) carries nothing once another follows.
                 self._fs.delete(self._path(name))
                 continue
@@ -292,7 +326,37 @@ class PartitionLog:
                 raise LogCorruptError(f"{self._dir}: segment {name} does not follow offset {segments[-1].end}")
             segments.append(_Segment(name, self._path(name), name.length, name.end, info.mtime_ms))
         self._segments = segments
-        self._next_offset = self._durable_offset = segments[-1].end if segments else 0
+        self._next_offset = self._durable_offset = segments[-1].end if segments else self._log_start
+
+    def _resolve_compacted(self, sealed: list[tuple[SegmentName, FileInfo]]) -> list[tuple[SegmentName, FileInfo]]:
+        """The sealed segments to serve, by base: a compacted one replaces those of lower generations that it
+        covers (a compaction renames its output in before deleting its inputs; a takeover in between finds
+        both). The replaced ones are deleted. Segments of one generation never overlap."""
+        kept: list[tuple[SegmentName, FileInfo]] = []
+        bases: list[int] = []
+        for name, info in sorted(sealed, key=lambda e: (-e[0].generation, e[0].base)):
+            assert name.end is not None
+            slot = bisect.bisect_right(bases, name.base) - 1
+            before = kept[slot][0] if slot >= 0 else None
+            after = kept[slot + 1][0] if slot + 1 < len(kept) else None
+            covering = next((k for k in (before, after) if k is not None and k.covers(name)), None)
+            if covering is not None and covering.generation > name.generation:
+                self._fs.delete(self._path(name))
+                continue
+            if (before is not None and before.end is not None and before.end > name.base) or (
+                after is not None and after.base < name.end
+            ):
+                raise LogCorruptError(f"{self._dir}: segment {name} overlaps {before if before else after}")
+            kept.insert(slot + 1, (name, info))
+            bases.insert(slot + 1, name.base)
+        return kept
+
+    def _read_start(self) -> int:
+        try:
+            markers = self._fs.list(posixpath.join(self._dir, START_DIR))
+        except FileNotFoundError:
+            return 0
+        return max((offset for i in markers if (offset := parse_start_marker(i.name)) is not None), default=0)
 
     def _open_segment(self, base: int) -> None:
         self._active, self._writer = self._create_segment(base)
@@ -329,9 +393,14 @@ class PartitionLog:
     def start_offset(self) -> int:
         """The earliest offset still stored."""
         with self._lock:
-            if self._segments:
-                return self._segments[0].base
-            return self._active.base if self._active is not None else self._durable_offset
+            return self._start_locked()
+
+    def _start_locked(self) -> int:
+        if self._segments:
+            first = self._segments[0].base
+        else:
+            first = self._active.base if self._active is not None else self._durable_offset
+        return min(max(first, self._log_start), self._durable_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -609,6 +678,10 @@ class PartitionLog:
 
     def enforce_retention(self, now_ms: int | None = None) -> list[str]:
         """Delete the oldest sealed segments past the retention limits; returns their names."""
+        with self._maintenance:
+            return self._enforce_retention(now_ms)
+
+    def _enforce_retention(self, now_ms: int | None) -> list[str]:
         config = self._config
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         deleted: list[str] = []
@@ -625,6 +698,7 @@ class PartitionLog:
                 if not (too_big or too_old):
                     break
                 self._segments.pop(0)
+                oldest.replaced = True
             self._fs.delete(oldest.path)
             deleted.append(str(oldest.name))
         return deleted
@@ -633,13 +707,15 @@ class PartitionLog:
 
     def read(self, offset: int, max_bytes: int = 1024 * 1024) -> bytes:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch),
-        never past :attr:`durable_offset`. ``offset == durable_offset`` gives ``b""``."""
-        for _attempt in range(200):
+        never past :attr:`durable_offset`. ``offset == durable_offset`` gives ``b""``. On a compacted log the
+        first batch may start after ``offset`` (the records between were compacted away)."""
+        retries = 0
+        while retries < 200:
             with self._lock:
                 durable = self._durable_offset
                 segments = list(self._segments)
                 active = self._active
-                start = segments[0].base if segments else (active.base if active else durable)
+                start = self._start_locked()
                 if offset == durable:
                     return b""
                 if offset < start or offset > durable:
@@ -651,20 +727,119 @@ class PartitionLog:
                     segment = segments[bisect.bisect_right(bases, offset) - 1]
                 length, memory = segment.length, segment.memory
                 sealing = segment is not active and not segment.name.sealed
-            if segment.offsets is None:
-                self._build_index(segment)
-            assert segment.offsets is not None
-            slot = bisect.bisect_right(segment.offsets, offset) - 1
-            position = segment.positions[slot] if slot >= 0 else 0
             try:
-                return self._read_batches(segment, memory, position, length, offset, max_bytes)
+                if segment.offsets is None:
+                    self._build_index(segment)
+                assert segment.offsets is not None
+                slot = bisect.bisect_right(segment.offsets, offset) - 1
+                position = segment.positions[slot] if slot >= 0 else 0
+                data = self._read_batches(segment, memory, position, length, offset, max_bytes)
             except FileNotFoundError:
+                retries += 1
+                if segment.replaced:
+                    continue  # compacted or deleted meanwhile: read the segments as they are now
                 if not sealing:
                     raise
                 # Renamed by its background seal a moment ago (POSIX reads open files by name): read it
                 # again under its sealed name once the seal has recorded it.
                 time.sleep(0.002)
+                continue
+            if data or segment is active or segment.end >= durable:
+                return data
+            # Compaction removed every record from ``offset`` to the segment's end: the next one holds more.
+            offset = segment.end
         raise StorageError(f"{self._dir}: offset {offset} is in a segment whose seal does not finish")
+
+    # ------------------------------------------------------------------ deleting records, compaction
+
+    def delete_records(self, offset: int) -> int:
+        """Move the log's start to ``offset`` (at most the durable end): records below it are gone for
+        readers at once, and whole segments below it from the storage. Returns the start offset; durable (a
+        marker file ``_start/<offset>``) before it returns, so the next owner starts there too. Raises
+        :class:`FencedError` if a newer owner exists (the marker may then still count)."""
+        self._check()
+        with self._maintenance:
+            durable = self._durable_offset
+            if not 0 <= offset <= durable:
+                raise OffsetOutOfRangeError(offset, self.start_offset, durable)
+            if offset <= self.start_offset:
+                return self.start_offset
+            starts = posixpath.join(self._dir, START_DIR)
+            self._fs.mkdirs(starts)
+            with contextlib.suppress(FileExistsError):
+                self._fs.write_file(posixpath.join(starts, start_marker_name(offset)), b"")
+            self._check_not_fenced()
+            with self._lock:
+                self._log_start = max(self._log_start, offset)
+                gone = [s for s in self._segments if s.end <= offset and s.name.sealed]
+                self._segments = [s for s in self._segments if s not in gone]
+                for segment in gone:
+                    segment.replaced = True
+            for segment in gone:
+                self._fs.delete(segment.path)
+            for marker in self._fs.list(starts):  # the newest marker is the start: older ones say nothing
+                older = parse_start_marker(marker.name)
+                if older is not None and older < offset:
+                    self._fs.delete(posixpath.join(starts, marker.name))
+            return self.start_offset
+
+    @contextlib.contextmanager
+    def maintenance(self) -> Iterator[None]:
+        """Hold off retention and deleted records (a compaction runs inside)."""
+        with self._maintenance:
+            yield
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        """The sealed segments, oldest first, up to the first one still sealing (what a compaction may read)."""
+        out = []
+        with self._lock:
+            for segment in self._segments:
+                if not segment.name.sealed:
+                    break
+                out.append(SealedSegment(segment.name, segment.path, segment.length))
+        return out
+
+    def create_cleaning(self, base: int, end: int) -> WritableFile:
+        """A new file for a compaction's output covering [base, end). Checked against newer owners *after* it
+        exists: a takeover writes its marker before it lists the directory and deletes the older owners'
+        ``.cleaning`` files, so either this check sees the marker or the takeover deletes the file and the
+        rename in :meth:`commit_cleaned` fails; a rename that happens before the takeover lists is seen by it."""
+        self._check()
+        writer = self._fs.create(self._path(CleaningName(base, self._epoch, end)))
+        if highest_epoch(self._fs, self._dir) > self._epoch:
+            with contextlib.suppress(LogError):
+                writer.close()
+            with contextlib.suppress(LogError, FileNotFoundError):
+                self._fs.delete(writer.path)
+            raise FencedError(f"{self._dir}: a newer epoch exists; compaction stopped")
+        return writer
+
+    def commit_cleaned(self, replaced: list[SegmentName], cleaning: str, name: SegmentName) -> None:
+        """Put the written and closed ``cleaning`` file in place of the ``replaced`` sealed segments (contiguous,
+        covering exactly ``name``'s offsets): rename it to ``name`` (the commit: a takeover from then on
+        serves it and deletes the replaced ones), swap it in for readers, delete the replaced files. Inside
+        :meth:`maintenance`."""
+        assert name.end is not None and replaced and replaced[0].base == name.base and replaced[-1].end == name.end
+        self._step("compact:written")
+        try:
+            self._fs.rename(cleaning, self._path(name))
+        except FileNotFoundError:
+            raise FencedError(f"{self._dir}: a newer owner removed the compaction's output") from None
+        self._step("compact:renamed")
+        with self._lock:
+            names = [s.name for s in self._segments]
+            first = names.index(replaced[0])
+            assert names[first : first + len(replaced)] == replaced, "segments changed under a compaction"
+            old = self._segments[first : first + len(replaced)]
+            mtime = int(time.time() * 1000)
+            self._segments[first : first + len(replaced)] = [
+                _Segment(name, self._path(name), name.length or 0, name.end, mtime)
+            ]
+            for segment in old:
+                segment.replaced = True
+        for segment in old:
+            self._step("compact:deleting")
+            self._fs.delete(segment.path)
 
     def durable_end_of(self, epoch: int) -> int:
         """How far the log was durable when the session of ``epoch`` ended (Swift's checkpoint of an

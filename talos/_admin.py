@@ -8,6 +8,7 @@ method once, as steps, on :class:`_Admin`; the two classes only differ in how th
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_URL",
     "Admin",
     "AsyncAdmin",
+    "TOPIC_SETTINGS",
     "PartitionInfo",
     "ProducerIdentity",
     "TopicInfo",
@@ -75,6 +77,30 @@ class TopicSettings:
     version: int = 1
     created_ms: int = 0
     trace_sample: int = 0  # message trace: 0 off, 1 every message, N one message in N (docs/trace.md)
+    # Compaction (docs/compaction.md): "delete" (retention only), "compact" (the last value of every key is
+    # kept), or "compact,delete" (both).
+    cleanup_policy: str = "delete"
+    min_compaction_lag_ms: int = 0  # a record younger than this is never compacted away
+    max_compaction_lag_ms: int | None = None  # a record older than this is compacted even below the dirty ratio
+    delete_retention_ms: int = 86_400_000  # a tombstone is kept this long once its key's older values are gone
+    min_cleanable_dirty_ratio: float = 0.5  # compact once this share of the log is not yet compacted
+    segment_ms: int | None = None  # roll the active segment at this age (None: the server's default)
+    segment_bytes: int | None = None  # ... or this size
+
+
+#: The settings a topic is created or changed with, besides its name and partitions.
+TOPIC_SETTINGS = (
+    "retention_ms",
+    "retention_bytes",
+    "trace_sample",
+    "cleanup_policy",
+    "min_compaction_lag_ms",
+    "max_compaction_lag_ms",
+    "delete_retention_ms",
+    "min_cleanable_dirty_ratio",
+    "segment_ms",
+    "segment_bytes",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +110,9 @@ class TopicInfo(TopicSettings):
     @classmethod
     def from_json(cls, data: Any) -> TopicInfo:
         detail = [PartitionInfo.from_json(p) for p in data.get("partitions_detail", [])]
-        return cls(
-            data["name"],
-            data["partitions"],
-            data.get("retention_ms"),
-            data.get("retention_bytes"),
-            data.get("version", 1),
-            data.get("created_ms", 0),
-            data.get("trace_sample", 0),
-            detail,
-        )
+        # Only the fields we know: a newer server may add more, an older one fewer.
+        known = {name: data[name] for name in (*TOPIC_SETTINGS, "version", "created_ms") if name in data}
+        return cls(data["name"], data["partitions"], **known, partition_offsets=detail)
 
 
 def _json(response: Response) -> Any:
@@ -104,12 +123,8 @@ def _topic_path(name: str) -> str:
     return f"/v1/topics/{quote(name, safe='')}"
 
 
-def _create(name: str, partitions: int, retention_ms: int | None, retention_bytes: int | None) -> _Call[TopicInfo]:
-    body: dict[str, object] = {"name": name, "partitions": partitions}
-    if retention_ms is not None:
-        body["retention_ms"] = retention_ms
-    if retention_bytes is not None:
-        body["retention_bytes"] = retention_bytes
+def _create(name: str, partitions: int, settings: Mapping[str, object]) -> _Call[TopicInfo]:
+    body: dict[str, object] = {"name": name, "partitions": partitions, **_given(settings)}
     return _Call("POST", "/v1/topics", lambda r: TopicInfo.from_json(r.json()), orjson.dumps(body))
 
 
@@ -121,7 +136,7 @@ def _describe(name: str) -> _Call[TopicInfo]:
     return _Call("GET", _topic_path(name), lambda r: TopicInfo.from_json(r.json()))
 
 
-def _alter(name: str, changes: dict[str, int | None]) -> _Call[TopicInfo]:
+def _alter(name: str, changes: dict[str, object]) -> _Call[TopicInfo]:
     return _Call("PATCH", _topic_path(name), lambda r: TopicInfo.from_json(r.json()), orjson.dumps(changes))
 
 
@@ -215,16 +230,9 @@ def _fence(path: str, holder: ProducerIdentity) -> _Call[None]:
     return _Call("POST", path, lambda r: None, orjson.dumps(_identity(holder)))
 
 
-def _changes(
-    partitions: int | None, retention_ms: int | None, retention_bytes: int | None, trace_sample: int | None = None
-) -> dict[str, int | None]:
-    changes = {
-        "partitions": partitions,
-        "retention_ms": retention_ms,
-        "retention_bytes": retention_bytes,
-        "trace_sample": trace_sample,
-    }
-    return {k: v for k, v in changes.items() if v is not None}
+def _given(settings: Mapping[str, object]) -> dict[str, object]:
+    """The settings given (None: not given, the server's default or unchanged)."""
+    return {k: v for k, v in settings.items() if v is not None}
 
 
 def send(url: str, call: _Call[T], timeout: float) -> Steps[T]:
@@ -262,9 +270,34 @@ class _Admin(ClientBase[AnyTransport]):
 
     @operation
     def create_topic(
-        self, name: str, *, partitions: int = 1, retention_ms: int | None = None, retention_bytes: int | None = None
+        self,
+        name: str,
+        *,
+        partitions: int = 1,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        cleanup_policy: str | None = None,
+        min_compaction_lag_ms: int | None = None,
+        max_compaction_lag_ms: int | None = None,
+        delete_retention_ms: int | None = None,
+        min_cleanable_dirty_ratio: float | None = None,
+        segment_ms: int | None = None,
+        segment_bytes: int | None = None,
     ) -> Steps[TopicInfo]:
-        return self._send(_create(name, partitions, retention_ms, retention_bytes))
+        """A new topic. ``cleanup_policy="compact"`` keeps the last value of every key (a record with a key
+        and a None value deletes it) instead of, or with ``"compact,delete"`` besides, retention."""
+        settings = {
+            "retention_ms": retention_ms,
+            "retention_bytes": retention_bytes,
+            "cleanup_policy": cleanup_policy,
+            "min_compaction_lag_ms": min_compaction_lag_ms,
+            "max_compaction_lag_ms": max_compaction_lag_ms,
+            "delete_retention_ms": delete_retention_ms,
+            "min_cleanable_dirty_ratio": min_cleanable_dirty_ratio,
+            "segment_ms": segment_ms,
+            "segment_bytes": segment_bytes,
+        }
+        return self._send(_create(name, partitions, settings))
 
     @operation
     def list_topics(self) -> Steps[list[TopicInfo]]:
@@ -284,10 +317,30 @@ class _Admin(ClientBase[AnyTransport]):
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
         trace_sample: int | None = None,
+        cleanup_policy: str | None = None,
+        min_compaction_lag_ms: int | None = None,
+        max_compaction_lag_ms: int | None = None,
+        delete_retention_ms: int | None = None,
+        min_cleanable_dirty_ratio: float | None = None,
+        segment_ms: int | None = None,
+        segment_bytes: int | None = None,
     ) -> Steps[TopicInfo]:
-        """Add partitions (never fewer), change retention, or the message trace: ``trace_sample`` 0 off,
-        1 every message, N one message in N."""
-        return self._send(_alter(name, _changes(partitions, retention_ms, retention_bytes, trace_sample)))
+        """Add partitions (never fewer), change retention, compaction, or the message trace: ``trace_sample``
+        0 off, 1 every message, N one message in N. None leaves a setting as it is."""
+        changes = {
+            "partitions": partitions,
+            "retention_ms": retention_ms,
+            "retention_bytes": retention_bytes,
+            "trace_sample": trace_sample,
+            "cleanup_policy": cleanup_policy,
+            "min_compaction_lag_ms": min_compaction_lag_ms,
+            "max_compaction_lag_ms": max_compaction_lag_ms,
+            "delete_retention_ms": delete_retention_ms,
+            "min_cleanable_dirty_ratio": min_cleanable_dirty_ratio,
+            "segment_ms": segment_ms,
+            "segment_bytes": segment_bytes,
+        }
+        return self._send(_alter(name, _given(changes)))
 
     @operation
     def delete_topic(self, name: str) -> Steps[None]:

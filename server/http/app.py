@@ -45,7 +45,32 @@ __all__ = ["install"]
 log = logging.getLogger("talos.server")
 
 
-class TopicCreate(BaseModel):
+class CompactionFields(BaseModel):
+    """Compaction and segment settings (docs/compaction.md), the same at create and change."""
+
+    cleanup_policy: str | None = Field(
+        None,
+        description="'delete' (retention only, the default), 'compact' (keep the last value of every key; a null "
+        "value deletes the key), or 'compact,delete'",
+    )
+    min_compaction_lag_ms: int | None = Field(None, ge=0, le=INT64_MAX, description="never compact younger records")
+    max_compaction_lag_ms: int | None = Field(
+        None, ge=1, le=INT64_MAX, description="compact records older than this whatever the dirty ratio"
+    )
+    delete_retention_ms: int | None = Field(None, ge=0, le=INT64_MAX, description="how long a tombstone stays")
+    min_cleanable_dirty_ratio: float | None = Field(
+        None, ge=0.0, le=1.0, description="compact once this share of the log is not yet compacted"
+    )
+    segment_ms: int | None = Field(None, ge=1, le=INT64_MAX, description="roll the active segment at this age")
+    segment_bytes: int | None = Field(None, ge=1024, le=INT64_MAX, description="roll it at this size")
+
+
+# Settings that have a value always: null in a change leaves them as they are.
+_ALWAYS_SET = ("partitions", "trace_sample", "cleanup_policy", "min_compaction_lag_ms", "delete_retention_ms",
+               "min_cleanable_dirty_ratio")  # fmt: skip
+
+
+class TopicCreate(CompactionFields):
     name: str = Field(description="1-249 of A-Z a-z 0-9 . _ -, not starting with . _ -")
     partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
     retention_ms: int | None = Field(None, ge=0, le=INT64_MAX)
@@ -89,7 +114,7 @@ class FenceRequest(BaseModel):
     producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
 
 
-class TopicPatch(BaseModel):
+class TopicPatch(CompactionFields):
     partitions: int | None = Field(None, ge=1, le=MAX_PARTITIONS, description="only more partitions")
     retention_ms: int | None = Field(None, ge=0, le=INT64_MAX)
     retention_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
@@ -270,14 +295,9 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
 
     @app.post("/v1/topics", status_code=201, tags=["topics"], summary="Create a topic")
     async def create_topic(body: TopicCreate, request: Request) -> Response:
+        settings = body.model_dump(exclude_none=True, exclude={"name", "partitions", "tenant"})
         created = await topic_service.create_topic(
-            broker(),
-            principal(request),
-            body.name,
-            body.partitions,
-            body.retention_ms,
-            body.retention_bytes,
-            tenant=body.tenant,
+            broker(), principal(request), body.name, body.partitions, settings, tenant=body.tenant
         )
         return json_response(topic_json(created), 201)
 
@@ -292,13 +312,12 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         partitions = await topic_service.describe_partitions(broker(), config)
         return json_response({**topic_json(config), "partitions_detail": partitions})
 
-    @app.patch("/v1/topics/{topic}", tags=["topics"], summary="Add partitions or change retention")
+    @app.patch("/v1/topics/{topic}", tags=["topics"], summary="Add partitions or change retention or compaction")
     async def patch_topic(topic: str, body: TopicPatch, request: Request) -> Response:
         changes = body.model_dump(exclude_unset=True)
-        if "partitions" in changes and changes["partitions"] is None:  # null: unchanged (it stored None)
-            del changes["partitions"]
-        if "trace_sample" in changes and changes["trace_sample"] is None:  # null: unchanged
-            del changes["trace_sample"]
+        for name in _ALWAYS_SET:
+            if name in changes and changes[name] is None:  # null: unchanged
+                del changes[name]
         updated = await topic_service.update_topic(broker(), principal(request), topic, changes)
         return json_response(topic_json(updated))
 

@@ -20,13 +20,15 @@ from server.kafka.protocol import SUPPORTED
 from server.kafka.protocol.errors import ErrorCode
 from server.messaging.topics import create_topic, delete_topic, validate_create, visible
 from server.security.access import hidden
+from server.topic_configs import parse_kafka
 from server.topics import TopicConfig
 
 __all__ = ["api_versions", "create_topics", "delete_topics", "metadata"]
 
 CLUSTER_ID = "talos"
 _DEFAULT_PARTITIONS = -1  # CreateTopics' "the broker's default"
-_RETENTION = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+# Settings whose None means "unlimited" rather than "the default".
+_UNLIMITED = frozenset({"retention_ms", "retention_bytes", "max_compaction_lag_ms"})
 
 
 async def api_versions(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -93,18 +95,8 @@ def _create_body(topic: dict[str, Any]) -> dict[str, Any]:
         body["partitions"] = partitions
     if topic.get("assignments"):
         raise ApiError(400, "INVALID_REQUEST", "replica assignments do not apply: the ring places partitions")
-    for config in topic.get("configs") or []:
-        field = _RETENTION.get(config["name"])
-        if field is None:
-            raise ApiError(
-                400, "INVALID_CONFIG", f"unsupported topic config {config['name']!r} (retention.ms, retention.bytes)"
-            )
-        try:
-            body[field] = int(config["value"]) if config["value"] is not None else None
-        except ValueError:
-            raise ApiError(400, "INVALID_CONFIG", f"{config['name']} must be an integer") from None
-        if body[field] is not None and body[field] < 0:
-            body[field] = None  # Kafka's -1: unlimited
+    settings = dict(parse_kafka(config["name"], config["value"]) for config in topic.get("configs") or [])
+    body["settings"] = {k: v for k, v in settings.items() if v is not None or k in _UNLIMITED}
     return body
 
 
@@ -116,7 +108,9 @@ async def create_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             request = _create_body(topic)
             who = ctx.session.principal
             if body.get("validate_only"):
-                partitions = validate_create(ctx.broker, who, request["name"], request.get("partitions", 1))
+                partitions = validate_create(
+                    ctx.broker, who, request["name"], request.get("partitions", 1), request["settings"]
+                )
             else:
                 partitions = (await create_topic(ctx.broker, who, **request)).partitions
             entry.update(num_partitions=partitions, replication_factor=1)

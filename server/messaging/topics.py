@@ -4,6 +4,7 @@ ownership), audited, as REST's topic routes and the Kafka listener's CreateTopic
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from server.broker import Broker
@@ -14,6 +15,7 @@ from server.partition_quota import check_partition_quota
 from server.security import audit
 from server.security.access import Principal, actions_on, hidden
 from server.security.state import QUOTA_FIELDS
+from server.topic_configs import check_settings
 from server.topics import MAX_PARTITIONS, TopicConfig, unknown_topic, validate_topic_name
 
 __all__ = [
@@ -25,8 +27,6 @@ __all__ = [
     "validate_create",
     "visible",
 ]
-
-INT64_MAX = 2**63 - 1
 
 
 def visible(broker: Broker, who: Principal, topic: TopicConfig) -> bool:
@@ -46,12 +46,9 @@ def readable_topic(broker: Broker, who: Principal, name: str) -> TopicConfig:
     return config
 
 
-def _check_sizes(partitions: int, retention_ms: int | None, retention_bytes: int | None) -> None:
+def _check_partitions(partitions: int) -> None:
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ApiError(400, "INVALID_REQUEST", f"partitions must be between 1 and {MAX_PARTITIONS}")
-    for name, value in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-        if value is not None and not 0 <= value <= INT64_MAX:
-            raise ApiError(400, "INVALID_REQUEST", f"{name} must be between 0 and {INT64_MAX}")
 
 
 async def create_topic(
@@ -59,13 +56,14 @@ async def create_topic(
     who: Principal,
     name: str,
     partitions: int = 1,
-    retention_ms: int | None = None,
-    retention_bytes: int | None = None,
+    settings: Mapping[str, object] | None = None,
     tenant: str | None = None,
 ) -> TopicConfig:
-    """A new topic, owned by ``who``'s tenant (``tenant``: the owner the admin names for it)."""
+    """A new topic, owned by ``who``'s tenant (``tenant``: the owner the admin names for it), with
+    ``settings`` (retention, cleanup policy, ...: ``server.topic_configs``)."""
     validate_topic_name(name)
-    _check_sizes(partitions, retention_ms, retention_bytes)
+    _check_partitions(partitions)
+    checked = check_settings(settings or {})
     if tenant is not None and not who.admin:
         raise ApiError(403, "FORBIDDEN", "only the admin names a topic's tenant; a tenant's topics are its own")
     security = broker.security
@@ -77,27 +75,35 @@ async def create_topic(
         if owner is not None:
             security.state.tenant(owner)  # 404 for an unknown tenant
     check_partition_quota(broker, owner, None, partitions)
-    created = await broker.create_topic(TopicConfig(name, partitions, retention_ms, retention_bytes, tenant=owner))
+    created = await broker.create_topic(TopicConfig(name, partitions, tenant=owner, **checked))  # type: ignore[arg-type]
     await audit.record(broker, who, "topic.create", name, tenant=owner, detail=f"{partitions} partitions")
     return created
 
 
-def validate_create(broker: Broker, who: Principal, name: str, partitions: int = 1) -> int:
+def validate_create(
+    broker: Broker, who: Principal, name: str, partitions: int = 1, settings: Mapping[str, object] | None = None
+) -> int:
     """What creating checks without making anything (a dry run): the name, that it is free, the partition
     count and the tenant's partition quota. The partitions it would have."""
     name = validate_topic_name(name)
     if any(t.name == name for t in broker.list_topics()):
         raise ApiError(409, "TOPIC_EXISTS", f"topic {name!r} already exists")
-    _check_sizes(partitions, None, None)
+    _check_partitions(partitions)
+    check_settings(settings or {})
     check_partition_quota(broker, who.tenant, None, partitions)
     return partitions
 
 
 async def update_topic(broker: Broker, who: Principal, name: str, changes: dict[str, Any]) -> TopicConfig:
-    """More partitions (never fewer), retention, the trace sample: ``changes`` holds only what changes."""
+    """More partitions (never fewer), retention, compaction, the trace sample: ``changes`` holds only what
+    changes."""
     current = broker.topic(name)
     broker.security.authorize(who, current, "admin")
     partitions = changes.get("partitions")
+    changes = {
+        **({"partitions": partitions} if partitions is not None else {}),
+        **check_settings({k: v for k, v in changes.items() if k != "partitions"}, current=current),
+    }
     if partitions is not None and partitions < current.partitions:
         raise ApiError(400, "INVALID_REQUEST", f"partitions can only grow (now {current.partitions})")
     if partitions is not None:

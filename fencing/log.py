@@ -676,6 +676,10 @@ class PartitionLog:
     def set_retention(self, *, retention_ms: int | None, retention_bytes: int | None) -> None:
         self._config = dataclasses.replace(self._config, retention_ms=retention_ms, retention_bytes=retention_bytes)
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Retention and segment limits from now on (a topic's settings changed)."""
+        self._config = config
+
     def enforce_retention(self, now_ms: int | None = None) -> list[str]:
         """Delete the oldest sealed segments past the retention limits; returns their names."""
         with self._maintenance:
@@ -808,11 +812,20 @@ class PartitionLog:
         writer = self._fs.create(self._path(CleaningName(base, self._epoch, end)))
         if highest_epoch(self._fs, self._dir) > self._epoch:
             with contextlib.suppress(LogError):
-                writer.close()
-            with contextlib.suppress(LogError, FileNotFoundError):
-                self._fs.delete(writer.path)
+                self.discard_cleaning(writer)
             raise FencedError(f"{self._dir}: a newer epoch exists; compaction stopped")
         return writer
+
+    def read_sealed(self, segment: SealedSegment, position: int, size: int) -> bytes:
+        """Bytes of a sealed segment (a compaction reads them), never past its sealed length."""
+        return self._fs.read(segment.path, position, max(min(size, segment.length - position), 0))
+
+    def discard_cleaning(self, writer: WritableFile) -> None:
+        """Close and delete a compaction's output that is not to be committed."""
+        with contextlib.suppress(LogError):
+            writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete(writer.path)
 
     def commit_cleaned(self, replaced: list[SegmentName], cleaning: str, name: SegmentName) -> None:
         """Put the written and closed ``cleaning`` file in place of the ``replaced`` sealed segments (contiguous,

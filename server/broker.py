@@ -21,7 +21,6 @@ from fencing import (
     EpochSource,
     FencedError,
     FileSystem,
-    LogConfig,
     LogError,
     PartitionLog,
     StorageError,
@@ -32,6 +31,8 @@ from hashring import Ring, partition_key
 from server import metrics
 from server.bounded import in_daemon_thread, until_deadline
 from server.cluster import ClusterMember, Owner
+from server.compaction import Compactor
+from server.compaction import log_config as compaction_log_config
 from server.config import ServerConfig
 from server.coordination import ZkEpochSource
 from server.coordination import paths as zk_paths
@@ -48,6 +49,7 @@ from server.security.guard import Security
 from server.security.store import SecurityStore
 from server.storage_health import StorageHealth
 from server.storage_probe import StorageProbe
+from server.topic_configs import compacted
 from server.topics import TopicCatalog, TopicConfig, TopicStore, partition_dir, unknown_topic
 from server.trace.recorder import TraceRecorder
 from server.usage.history import UsageHistory
@@ -86,6 +88,7 @@ class Broker:
         self.read_pool = AffinityExecutor(config.read_threads, "talos-read")
         self.executor = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="talos-io")
         self.cache = TailCache(config.tail_cache_bytes)
+        self.compactor = Compactor(config)
         self.cluster: ClusterMember | None = None
         self.topics: TopicCatalog
         self.producer_ids: ProducerIds
@@ -192,7 +195,8 @@ class Broker:
             if config is None:
                 await self._release(key, seal=False)
             else:
-                partition.log.set_retention(retention_ms=config.retention_ms, retention_bytes=config.retention_bytes)
+                partition.log.reconfigure(compaction_log_config(self.config, config))
+                partition.keys_required = compacted(config.cleanup_policy)
 
     async def _release_unowned(self) -> None:
         assert self.cluster is not None
@@ -423,6 +427,7 @@ class Broker:
                     flush_timeout_s=self.config.flush_timeout_s,
                     version=ring_version,
                     health=self.health,
+                    keys_required=compacted(config.cleanup_policy),
                 )
                 metrics.took_over()
                 if self.cluster is not None and not self.cluster.owner(topic, index).local:
@@ -441,12 +446,7 @@ class Broker:
 
     def _open_log(self, config: TopicConfig, index: int, ring_version: int) -> tuple[PartitionLog, ProducerStates]:
         directory = partition_dir(self.root, config.name, index)
-        log_config = LogConfig(
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
-            retention_ms=config.retention_ms,
-            retention_bytes=config.retention_bytes,
-        )
+        log_config = compaction_log_config(self.config, config)
         epochs: EpochSource
         if self.cluster is not None:
             epochs = ZkEpochSource(
@@ -479,6 +479,9 @@ class Broker:
             await asyncio.wait_for(roll, self.config.flush_timeout_s)
         with contextlib.suppress(LogError):
             await self._io(partition.log.enforce_retention)
+        config = self._topics.get(partition.topic)
+        if config is not None:
+            self.compactor.offer(partition.log, config)
 
     async def _io(self, function: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
@@ -494,6 +497,7 @@ class Broker:
         if deadline is None:
             deadline = time.monotonic() + self.config.shutdown_timeout_s
         end = deadline
+        self.compactor.close()
         abandoned: list[str] = []
 
         def share(fraction: float) -> float:

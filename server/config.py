@@ -29,6 +29,10 @@ class ServerConfig:
     tail_cache_bytes: int = 256 * 1024 * 1024  # recent batches kept in memory, shared by all partitions
     segment_bytes: int = 128 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000  # a partition's active segment is sealed at this age, even if idle
+    # Compaction (docs/compaction.md): one background thread per server, its key index this large (24 bytes a
+    # key: 32 MiB holds 1.3 million keys per pass), its reads and writes at most this fast (0: unlimited).
+    compaction_index_bytes: int = 32 * 1024 * 1024
+    compaction_io_bytes_per_s: int = 64 * 1024 * 1024
     default_partitions: int = 1
     max_wait_ms: int = 30_000  # upper bound of a long poll
     # The Kafka listener (docs/kafka.md): off unless a port is set. Clients reach this server at

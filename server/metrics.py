@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 __all__ = [
     "CONTENT_TYPE",
     "add_collector",
+    "compacted",
     "io_pool",
     "loaded",
     "loop_longest_stall",
@@ -91,6 +92,16 @@ _kafka_requests = _LoopCounter(
     "talos_kafka_requests", "Kafka protocol requests answered, by API and Kafka error code", ["api", "error"]
 )
 _reads = _LoopCounter("talos_fetch_reads", "Fetches answered, by where the data came from", ["source"])
+_compaction_passes = Counter(
+    "talos_compaction_passes", "Compaction passes, by outcome (done, fenced, failed)", ["outcome"], registry=REGISTRY
+)
+_compaction_bytes = Counter(
+    "talos_compaction_bytes", "Bytes compaction read and wrote", ["direction"], registry=REGISTRY
+)
+_compaction_removed = Counter(
+    "talos_compaction_records_removed", "Records compaction removed (superseded values and tombstones)",
+    registry=REGISTRY,
+)  # fmt: skip
 _partitions = Gauge("talos_loaded_partitions", "Partitions this server has loaded", registry=REGISTRY)
 _cache = Gauge("talos_tail_cache_bytes", "Bytes held by the tail cache", registry=REGISTRY)
 _forwarded = Counter(
@@ -252,6 +263,14 @@ def forwarded(outcome: str, size: int) -> None:
 
 def misdirected() -> None:
     _misdirected.inc()
+
+
+def compacted(outcome: str, bytes_read: int = 0, bytes_written: int = 0, removed: int = 0) -> None:
+    """A compaction pass ended (``done``, ``fenced``: the partition moved, ``failed``)."""
+    _compaction_passes.labels(outcome).inc()
+    _compaction_bytes.labels("read").inc(bytes_read)
+    _compaction_bytes.labels("written").inc(bytes_written)
+    _compaction_removed.inc(removed)
 
 
 def took_over() -> None:

@@ -141,8 +141,10 @@ class LoadedPartition:
         flush_timeout_s: float = 20.0,
         version: int = 0,
         health: StorageHealth | None = None,
+        keys_required: bool = False,
     ) -> None:
         self.topic = topic
+        self.keys_required = keys_required  # a compacted topic: a record without a key is refused
         self.index = index
         self.log = log
         self.producers = producers or ProducerStates()
@@ -191,6 +193,8 @@ class LoadedPartition:
             header = read_header(batch, whole=False)
         except BatchError as exc:
             raise as_api_error(exc) from None
+        if self.keys_required:
+            await self._check_keys(batch, header)
         if self._epochs is not None and header.producer_id >= 0 and header.producer_id not in self._verified:
             # Asked on the read pool (never inside a flush); a fence that arrives meanwhile still counts.
             newest = await self.on_read_pool(self._newest_epoch, header.producer_id, header.producer_epoch)
@@ -201,6 +205,21 @@ class LoadedPartition:
             async with self._one_at_a_time:  # each request its own flush: appended only when its turn comes
                 return await self._store(header, batch, durable, verify, appended)
         return await self._store(header, batch, durable, verify, appended)
+
+    async def _check_keys(self, batch: bytearray, header: BatchHeader) -> None:
+        """Refuse a batch with a record without a key (a compacted topic keeps the last value *per key*), as
+        Kafka refuses it. A compressed batch is decompressed for it, on the read pool."""
+        try:
+            if header.flags:
+                records = await self.on_read_pool(decode_records, batch)
+            else:
+                records = decode_records(batch, verify=False)
+        except BatchError as exc:
+            raise as_api_error(exc) from None
+        if any(record.key is None for record in records):
+            raise ApiError(
+                400, "INVALID_RECORD", f"topic {self.topic!r} is compacted: every message needs a key (Kafka's rule)"
+            )
 
     async def _store(
         self, header: BatchHeader, batch: bytearray, durable: bool, verify: bool, appended: asyncio.Future[None] | None

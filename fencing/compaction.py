@@ -4,7 +4,7 @@ A pass, as Kafka's cleaner does it:
 
 1. The sealed segments are *clean* (generation >= 1: written by an earlier pass) up to the first *dirty* one
    (generation 0: as produced). The active segment is never read. A pass runs when the dirty share of the
-   bytes reaches ``dirty_ratio``, or the oldest dirty record is older than ``max_lag_ms``, or when forced.
+   bytes is above ``dirty_ratio``, or the oldest dirty record is older than ``max_lag_ms``, or when forced.
 2. The dirty segments are read in order into a :class:`~fencing.key_index.KeyIndex` (key → latest offset),
    each whole or not at all: a segment holding a record younger than ``min_lag_ms`` ends the pass there, and
    so does a full index (the next pass goes on from there).
@@ -165,7 +165,7 @@ def compact(
             return None
         if (
             not force
-            and dirty_ratio(segments) < settings.dirty_ratio
+            and dirty_ratio(segments) <= settings.dirty_ratio
             and not _lag_due(plog, segments[first_dirty], settings, now_ms)
         ):
             return None

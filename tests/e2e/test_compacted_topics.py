@@ -124,3 +124,19 @@ def test_kafka_clients_create_alter_and_are_refused_keyless_records(server: Kafk
         assert "InvalidRecord" in type(refused.value).__name__ or "87" in str(refused.value)
     finally:
         producer.close()
+
+
+def test_an_operator_compacts_a_partition_now(server: KafkaStandalone, topic_name: str) -> None:
+    with Admin(server.url) as admin:
+        # A dirty ratio of 1: the background never compacts it (the share is never above 1), the operator does.
+        admin.create_topic(topic_name, cleanup_policy="compact", segment_bytes=1024, min_cleanable_dirty_ratio=1.0)
+    for round_ in range(20):
+        assert produce(server.url, topic_name, [{"key": f"k{i}", "value": f"{round_}"} for i in range(5)]).is_success
+    answer = httpx.post(f"{server.url}/v1/topics/{topic_name}/partitions/0/compact")
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert report["compacted"] and report["records_removed"] > 0 and report["bytes_written"] < report["bytes_read"]
+    plain = httpx.post(f"{server.url}/v1/topics", json={"name": topic_name + "-plain"})
+    assert plain.status_code == 201
+    refused = httpx.post(f"{server.url}/v1/topics/{topic_name}-plain/partitions/0/compact")
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "NOT_COMPACTED"

@@ -3,10 +3,12 @@ directories in the storage when standalone. Their state is in ``__consumer_offse
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from typing import Protocol
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from fencing import FileSystem
 from server.coordination import paths
@@ -16,6 +18,8 @@ __all__ = ["GroupCatalog", "StorageGroupCatalog", "ZkGroupCatalog"]
 
 class GroupCatalog(Protocol):
     def register(self, name: str) -> None: ...
+
+    def unregister(self, name: str) -> None: ...
 
     def list(self) -> list[str]: ...
 
@@ -27,6 +31,9 @@ class StorageGroupCatalog:
 
     def register(self, name: str) -> None:
         self._fs.mkdirs(posixpath.join(self._dir, name))
+
+    def unregister(self, name: str) -> None:
+        self._fs.delete(posixpath.join(self._dir, name), recursive=True)
 
     def list(self) -> list[str]:
         if not self._fs.exists(self._dir):
@@ -40,6 +47,10 @@ class ZkGroupCatalog:
 
     def register(self, name: str) -> None:
         self._zk.ensure_path(f"{paths.GROUPS}/{name}")
+
+    def unregister(self, name: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(f"{paths.GROUPS}/{name}", recursive=True)
 
     def list(self) -> list[str]:
         return sorted(self._zk.get_children(paths.GROUPS)) if self._zk.exists(paths.GROUPS) else []

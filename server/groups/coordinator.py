@@ -328,6 +328,45 @@ class GroupCoordinator:
             state.offsets.update(targets)
             return {"group": name, "offsets": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in targets.items()]}
 
+    async def delete(self, name: str) -> None:
+        """Forget the group (Kafka's DeleteGroups): its committed offsets, and its name from the listing. 409
+        ``GROUP_NOT_EMPTY`` while it has members; 404 for a group that does not exist. Its owner tenant keeps the
+        name (the security document's claim), as a deleted tenant's groups stay claimed."""
+        async with self._group(name, create=False) as state:
+            state.expire(time.monotonic())
+            if state.members:
+                raise ApiError(
+                    409, "GROUP_NOT_EMPTY", f"group {name!r} has {len(state.members)} active member(s)", retriable=True
+                )
+            state.offsets.clear()
+            await self._append(name, snapshot_record(state))  # a new coordinator folds it back to no offsets
+            try:
+                await asyncio.wait_for(self._broker.io(self._catalog.unregister, name), _CATALOG_WAIT_S)
+            except TimeoutError:
+                log.warning(
+                    "group %s: the group catalog did not answer within %g s; still listed", name, _CATALOG_WAIT_S
+                )
+            self._registered.discard(name)
+            self._registering.pop(name, None)
+            self._groups.pop(name, None)
+            self._snapshot_at.pop(name, None)
+            metrics.groups_coordinated(len(self._groups))
+            log.info("group %s: deleted", name)
+
+    async def delete_offsets(self, name: str, partitions: list[TopicPartition]) -> set[str]:
+        """Forget the group's committed offsets of ``partitions`` (every instance's), but those of topics an active
+        member consumes (Kafka's OffsetDelete): those topics are the answer. 404 for a group that does not exist."""
+        wanted = set(partitions)
+        async with self._group(name, create=False) as state:
+            state.expire(time.monotonic())
+            subscribed = {topic for topic, _ in wanted} & state.topics()
+            gone = [key for key in state.offsets if (key[1], key[2]) in wanted and key[1] not in subscribed]
+            if gone:
+                for key in gone:
+                    del state.offsets[key]
+                await self._append(name, snapshot_record(state))
+            return subscribed
+
     async def describe(self, name: str) -> dict[str, object]:
         async with self._group(name, create=False) as state:
             now = time.monotonic()

@@ -13,7 +13,7 @@ from fencing import OffsetOutOfRangeError
 from server.errors import ApiError
 from server.kafka.protocol.errors import ErrorCode
 
-__all__ = ["error_code"]
+__all__ = ["admin_error_code", "error_code"]
 
 _BY_CODE: dict[str, ErrorCode] = {
     "UNKNOWN_TOPIC": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -24,6 +24,7 @@ _BY_CODE: dict[str, ErrorCode] = {
     "UNKNOWN_PRODUCER": ErrorCode.UNKNOWN_PRODUCER_ID,
     "MESSAGE_TOO_LARGE": ErrorCode.MESSAGE_TOO_LARGE,
     "CORRUPT_BATCH": ErrorCode.CORRUPT_MESSAGE,
+    "INVALID_RECORD": ErrorCode.INVALID_RECORD,
     "NOT_OWNER": ErrorCode.NOT_LEADER_OR_FOLLOWER,
     "MISDIRECTED_REQUEST": ErrorCode.NOT_LEADER_OR_FOLLOWER,
     "OWNER_UNAVAILABLE": ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -37,6 +38,8 @@ _BY_CODE: dict[str, ErrorCode] = {
     "PARTITION_QUOTA_EXCEEDED": ErrorCode.POLICY_VIOLATION,
     "INVALID_GROUP_NAME": ErrorCode.INVALID_GROUP_ID,
     "UNKNOWN_GROUP": ErrorCode.GROUP_ID_NOT_FOUND,
+    "GROUP_NOT_EMPTY": ErrorCode.NON_EMPTY_GROUP,
+    "NOT_COORDINATOR": ErrorCode.NOT_COORDINATOR,
 }
 
 
@@ -66,3 +69,14 @@ def error_code(error: Exception, *, denied: ErrorCode = ErrorCode.TOPIC_AUTHORIZ
     if error.retriable:
         return ErrorCode.REQUEST_TIMED_OUT
     return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def admin_error_code(error: Exception) -> ErrorCode:
+    """The Kafka code of a topic admin call's failure (create, delete, alter, more partitions): a setting Talos
+    refuses is ``INVALID_CONFIG``, a bad partition count ``INVALID_PARTITIONS``."""
+    if isinstance(error, ApiError):
+        if error.code == "INVALID_CONFIG":
+            return ErrorCode.INVALID_CONFIG
+        if error.status == 400 and error.code == "INVALID_REQUEST":
+            return ErrorCode.INVALID_PARTITIONS if "partitions" in error.message else ErrorCode.INVALID_REQUEST
+    return error_code(error, denied=ErrorCode.TOPIC_AUTHORIZATION_FAILED)

@@ -1,11 +1,16 @@
 """The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroups and ListGroups, on Talos consumer groups.
+DescribeGroups, ListGroups, DeleteGroups and OffsetDelete, on Talos consumer groups.
 
 A Kafka group is a Talos group: one name space, one coordinator (the ring owner of ``__group:<name>``),
 one owner tenant (claimed by its first use, as on REST, and checked the same way), one offsets store
 (``__consumer_offsets``, under the group's shared offsets). Kafka members are assigned by their leader
 (``server.kafka.group_state``) rather than by the coordinator, so a group is used by Kafka members or by
 Talos members at a time: a Kafka commit while Talos members hold the group is refused.
+
+Deleting a group (its committed offsets and its listing) is for its owner tenant or the admin, once it has no
+members of either kind; a tenant it was only granted to is refused, as is one that may not see it. Deleting some
+of its offsets (OffsetDelete) is for whoever may use the group and consume the topic, but not for a topic its
+members consume now.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from server.kafka.failures import error_code
 from server.kafka.group_state import KafkaGroup
 from server.kafka.nodes import node_of
 from server.kafka.protocol.errors import ErrorCode
+from server.kafka.protocol.primitives import ProtocolError, Reader
 from server.messaging.authorization import authorize_message, may_use_group
 
 __all__ = [
+    "delete_groups",
     "describe_groups",
     "find_coordinator",
     "heartbeat",
@@ -30,6 +37,7 @@ __all__ = [
     "leave_group",
     "list_groups",
     "offset_commit",
+    "offset_delete",
     "offset_fetch",
     "sync_group",
 ]
@@ -326,3 +334,78 @@ async def list_groups(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     if filters:
         answers = [a for a in answers if a["group_state"] in filters]
     return {"throttle_time_ms": 0, "error_code": 0, "groups": answers}
+
+
+async def _delete_group(ctx: Context, name: str) -> ErrorCode:
+    group = await _group(ctx, name, claim=False)
+    if isinstance(group, ErrorCode):
+        return group
+    security, who = ctx.broker.security, ctx.session.principal
+    if security.enabled and not who.admin and security.state.group_owners.get(name) != who.tenant:
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED  # granted the group: it may use it, not delete it
+    if group.members:
+        return ErrorCode.NON_EMPTY_GROUP
+    try:
+        await ctx.coordinator.delete(name)
+    except ApiError as exc:
+        return error_code(exc, denied=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if not group.members:
+        ctx.memberships.groups.pop(name, None)
+    return ErrorCode.NONE
+
+
+async def delete_groups(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    results = [
+        {"group_id": name, "error_code": await _delete_group(ctx, name)}
+        for name in dict.fromkeys(body.get("groups_names") or [])
+    ]
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _subscription(metadata: bytes) -> set[str]:
+    """The topics of a consumer's subscription (ConsumerProtocolSubscription: a version, then the topics)."""
+    try:
+        reader = Reader(metadata)
+        reader.read_int16()
+        return {reader.read_string() for _ in range(max(reader.read_int32(), 0))}
+    except ProtocolError:
+        return set()
+
+
+async def offset_delete(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    name = body["group_id"]
+    group = await _group(ctx, name, claim=False)
+    if isinstance(group, ErrorCode):
+        return {"error_code": group, "throttle_time_ms": 0, "topics": []}
+    if group.members and group.protocol_type != "consumer":  # whose members' topics cannot be read
+        return {"error_code": ErrorCode.NON_EMPTY_GROUP, "throttle_time_ms": 0, "topics": []}
+    subscribed = {t for m in group.members.values() for _, data in m.protocols for t in _subscription(data)}
+    answers: dict[str, list[dict[str, Any]]] = {}
+    items: list[tuple[str, int]] = []
+    for topic in body.get("topics") or []:
+        try:
+            authorize_message(ctx.broker, ctx.session.principal, topic["name"], "fetch")
+            code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if topic["name"] in subscribed else ErrorCode.NONE
+        except ApiError as exc:
+            code = error_code(exc)
+        for part in topic.get("partitions") or []:
+            answers.setdefault(topic["name"], []).append(
+                {"partition_index": part["partition_index"], "error_code": code}
+            )
+            if code == ErrorCode.NONE:
+                items.append((topic["name"], part["partition_index"]))
+    if items:
+        try:
+            consumed = await ctx.coordinator.delete_offsets(name, items)
+        except ApiError as exc:
+            code = error_code(exc, denied=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            return {"error_code": code, "throttle_time_ms": 0, "topics": []}
+        for topic_name in consumed:  # consumed by the group's Talos members
+            for part in answers[topic_name]:
+                if part["error_code"] == ErrorCode.NONE:
+                    part["error_code"] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    return {
+        "error_code": 0,
+        "throttle_time_ms": 0,
+        "topics": [{"name": topic, "partitions": parts} for topic, parts in answers.items()],
+    }

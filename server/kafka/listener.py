@@ -23,7 +23,7 @@ from server import metrics
 from server.broker import Broker
 from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator
-from server.kafka import fetch, groups, produce, topics
+from server.kafka import admin, configs, fetch, groups, produce, topics
 from server.kafka.context import Context
 from server.kafka.group_state import Memberships
 from server.kafka.protocol import (
@@ -60,7 +60,15 @@ _HANDLERS: dict[int, Handler] = {
     18: topics.api_versions,
     19: topics.create_topics,
     20: topics.delete_topics,
+    21: admin.delete_records,
     22: produce.init_producer_id,
+    32: configs.describe_configs,
+    33: configs.alter_configs,
+    37: admin.create_partitions,
+    42: groups.delete_groups,
+    44: configs.incremental_alter_configs,
+    47: groups.offset_delete,
+    60: admin.describe_cluster,
 }
 _MAX_IN_FLIGHT = 64  # requests of one connection being worked on; the next waits to be read
 _TICK_S = 0.25  # how often group sessions, rebalance deadlines and stalled connections are checked

@@ -4,6 +4,11 @@ partition's leader is its ring owner (what the SDK routes to).
 Kafka names brokers by an int32 node id; Talos servers have string ids that are stable across restarts
 (delayed reassignment counts on it), so a node id is a hash of the server id: the same server keeps its
 node id, and every server computes the same one without asking anyone.
+
+The hash keeps 24 bits, so a node id's first byte on the wire is zero, as a Kafka broker id's (small numbers)
+always is: librdkafka (2.12) copies Metadata's cluster id up to the first zero byte rather than by its length,
+and the controller id follows it. With a full 31-bit id it read on into the id's bytes, and its
+``describe_cluster`` crashed the Python client on the resulting cluster id, which was not UTF-8.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ class Node:
 
 
 def node_id(server_id: str) -> int:
-    return zlib.crc32(server_id.encode()) & 0x7FFFFFFF
+    return zlib.crc32(server_id.encode()) & 0xFFFFFF
 
 
 def _node(server_id: str, address: str) -> Node | None:

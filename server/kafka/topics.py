@@ -14,7 +14,7 @@ from typing import Any
 
 from server.errors import ApiError
 from server.kafka.context import Context
-from server.kafka.failures import error_code
+from server.kafka.failures import admin_error_code, error_code
 from server.kafka.nodes import leader_of, node_id, nodes
 from server.kafka.protocol import SUPPORTED
 from server.kafka.protocol.errors import ErrorCode
@@ -115,17 +115,9 @@ async def create_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
                 partitions = (await create_topic(ctx.broker, who, **request)).partitions
             entry.update(num_partitions=partitions, replication_factor=1)
         except ApiError as exc:
-            entry.update(error_code=_admin_code(exc), error_message=exc.message)
+            entry.update(error_code=admin_error_code(exc), error_message=exc.message)
         results.append(entry)
     return {"throttle_time_ms": 0, "topics": results}
-
-
-def _admin_code(error: ApiError) -> ErrorCode:
-    if error.code == "INVALID_CONFIG":
-        return ErrorCode.INVALID_CONFIG
-    if error.status == 400 and error.code == "INVALID_REQUEST":
-        return ErrorCode.INVALID_PARTITIONS if "partitions" in error.message else ErrorCode.INVALID_REQUEST
-    return error_code(error, denied=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 async def delete_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +131,6 @@ async def delete_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             try:
                 await delete_topic(ctx.broker, ctx.session.principal, name)
             except ApiError as exc:
-                entry.update(error_code=_admin_code(exc), error_message=exc.message)
+                entry.update(error_code=admin_error_code(exc), error_message=exc.message)
         results.append(entry)
     return {"throttle_time_ms": 0, "responses": results}

@@ -4,6 +4,7 @@ ownership), audited, as REST's topic routes and the Kafka listener's CreateTopic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,9 +95,11 @@ def validate_create(
     return partitions
 
 
-async def update_topic(broker: Broker, who: Principal, name: str, changes: dict[str, Any]) -> TopicConfig:
+async def update_topic(
+    broker: Broker, who: Principal, name: str, changes: dict[str, Any], *, validate_only: bool = False
+) -> TopicConfig:
     """More partitions (never fewer), retention, compaction, the trace sample: ``changes`` holds only what
-    changes."""
+    changes. With ``validate_only``, every check and no change (a dry run): the topic as it would be."""
     current = broker.topic(name)
     broker.security.authorize(who, current, "admin")
     partitions = changes.get("partitions")
@@ -108,6 +111,8 @@ async def update_topic(broker: Broker, who: Principal, name: str, changes: dict[
         raise ApiError(400, "INVALID_REQUEST", f"partitions can only grow (now {current.partitions})")
     if partitions is not None:
         check_partition_quota(broker, current.tenant, name, partitions)
+    if validate_only:
+        return dataclasses.replace(current, **changes)
     updated = await broker.update_topic(name, **changes)
     detail = ", ".join(f"{k}={v}" for k, v in changes.items())
     await audit.record(broker, who, "topic.update", name, tenant=current.tenant, detail=detail)

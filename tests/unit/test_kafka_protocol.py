@@ -276,8 +276,16 @@ def test_supported_table() -> None:
         18: (0, 3),
         19: (0, 7),
         20: (0, 6),
+        21: (0, 2),
         22: (0, 4),
+        32: (0, 4),
+        33: (0, 2),
         36: (0, 2),
+        37: (0, 3),
+        42: (0, 2),
+        44: (0, 1),
+        47: (0, 0),
+        60: (0, 1),
     }
     assert API_NAMES[0] == "Produce"
     assert API_NAMES[36] == "SaslAuthenticate"

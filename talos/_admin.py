@@ -144,6 +144,15 @@ def _delete(name: str) -> _Call[None]:
     return _Call("DELETE", _topic_path(name), lambda r: None)
 
 
+def _delete_records(topic: str, offsets: Mapping[int, int]) -> _Call[dict[int, int]]:
+    body = {"partitions": [{"partition": p, "offset": o} for p, o in offsets.items()]}
+
+    def read(response: Response) -> dict[int, int]:
+        return {int(p["partition"]): int(p["low_watermark"]) for p in response.json()["partitions"]}  # type: ignore[index]
+
+    return _Call("POST", f"{_topic_path(topic)}/delete-records", read, orjson.dumps(body))
+
+
 def offsets_call(topic: str, partition: int, timestamp: int | None = None) -> _Call[dict[str, int]]:
     params: dict[str, str | int] | None = {"timestamp": timestamp} if timestamp is not None else None
     return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", _json, params=params)
@@ -230,9 +239,14 @@ def _fence(path: str, holder: ProducerIdentity) -> _Call[None]:
     return _Call("POST", path, lambda r: None, orjson.dumps(_identity(holder)))
 
 
+# Settings whose -1 (Kafka's convention) means unlimited (retention, the compaction lag) or the server's default
+# (segment rolls): sent as null.
+_UNSET_BY_MINUS_ONE = ("retention_ms", "retention_bytes", "max_compaction_lag_ms", "segment_ms", "segment_bytes")
+
+
 def _given(settings: Mapping[str, object]) -> dict[str, object]:
-    """The settings given (None: not given, the server's default or unchanged)."""
-    return {k: v for k, v in settings.items() if v is not None}
+    """The settings given (None: not given, the server's default or unchanged; -1 of an unlimited one: null)."""
+    return {k: None if v == -1 and k in _UNSET_BY_MINUS_ONE else v for k, v in settings.items() if v is not None}
 
 
 def send(url: str, call: _Call[T], timeout: float) -> Steps[T]:
@@ -326,7 +340,8 @@ class _Admin(ClientBase[AnyTransport]):
         segment_bytes: int | None = None,
     ) -> Steps[TopicInfo]:
         """Add partitions (never fewer), change retention, compaction, or the message trace: ``trace_sample``
-        0 off, 1 every message, N one message in N. None leaves a setting as it is."""
+        0 off, 1 every message, N one message in N. None leaves a setting as it is; -1 makes retention or the
+        largest compaction lag unlimited again, and a segment size or age the server's default."""
         changes = {
             "partitions": partitions,
             "retention_ms": retention_ms,
@@ -345,6 +360,13 @@ class _Admin(ClientBase[AnyTransport]):
     @operation
     def delete_topic(self, name: str) -> Steps[None]:
         return self._send(_delete(name))
+
+    @operation
+    def delete_records(self, topic: str, offsets: Mapping[int, int]) -> Steps[dict[int, int]]:
+        """Delete every record below ``offsets[partition]`` of each partition named (-1: every record so far), as
+        Kafka's DeleteRecords; durable when this returns. Each partition's new earliest offset (its low
+        watermark). Past a partition's latest offset raises :class:`OffsetOutOfRangeError`."""
+        return self._send(_delete_records(topic, offsets))
 
     @operation
     def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> Steps[dict[str, int]]:

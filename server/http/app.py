@@ -25,6 +25,7 @@ from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
 from server.http import messages, openapi
+from server.http.routes import compaction as compaction_routes
 from server.http.routes import connector_offsets
 from server.http.routes import groups as groups_routes
 from server.http.routes import security as security_routes
@@ -34,6 +35,7 @@ from server.http.routes.security import principal
 from server.messaging import producers as producer_service
 from server.messaging import topics as topic_service
 from server.messaging.authorization import authorize_message
+from server.messaging.delete_records import authorize_delete_records, delete_records
 from server.messaging.fence import fence
 from server.messaging.forwarder import BATCH_CONTENT_TYPE
 from server.security.access import Principal
@@ -112,6 +114,23 @@ def _first_error(exc: ValidationError) -> str:
 class FenceRequest(BaseModel):
     producer_id: int = Field(ge=0, le=INT64_MAX, strict=True)
     producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
+
+
+class RecordsBelow(BaseModel):
+    offset: int = Field(
+        ge=-1,
+        le=INT64_MAX,
+        strict=True,
+        description="delete every record below it; -1: every record (the high watermark)",
+    )
+
+
+class PartitionRecordsBelow(RecordsBelow):
+    partition: int = Field(ge=0, le=MAX_PARTITIONS - 1, strict=True)
+
+
+class DeleteRecords(BaseModel):
+    partitions: list[PartitionRecordsBelow] = Field(min_length=1, max_length=MAX_PARTITIONS)
 
 
 class TopicPatch(CompactionFields):
@@ -326,6 +345,43 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         await topic_service.delete_topic(broker(), principal(request), topic)
         return Response(status_code=204)
 
+    @app.post(
+        "/v1/topics/{topic}/delete-records",
+        tags=["topics"],
+        summary="Delete the records below an offset of each partition named (Kafka's DeleteRecords)",
+    )
+    async def delete_topic_records(topic: str, body: DeleteRecords, request: Request) -> Response:
+        b, who = broker(), principal(request)
+        authorize_delete_records(b, who, topic)
+        indexes = [p.partition for p in body.partitions]
+        if len(set(indexes)) != len(indexes):
+            raise ApiError(400, "INVALID_REQUEST", "a partition is named twice")
+        for index in indexes:
+            b.check_partition(topic, index)
+        caller = caller_of(request.headers)
+        done = await asyncio.gather(
+            *(delete_records(b, who, caller, topic, p.partition, p.offset) for p in body.partitions),
+            return_exceptions=True,
+        )
+        for outcome in done:  # the first partition's refusal (its owner's, if forwarded) is the answer
+            if isinstance(outcome, BaseException):
+                raise outcome
+        partitions = [{"partition": d["partition"], "low_watermark": d["low_watermark"]} for d in done]  # type: ignore[index]
+        return json_response({"topic": topic, "partitions": partitions})
+
+    @app.post(
+        "/v1/topics/{topic}/partitions/{partition}/delete-records",
+        tags=["topics"],
+        summary="Delete the partition's records below an offset (durable when answered)",
+    )
+    async def delete_partition_records(
+        topic: str, partition: PartitionIndex, body: RecordsBelow, request: Request
+    ) -> Response:
+        b, who = broker(), principal(request)
+        authorize_delete_records(b, who, topic)
+        b.check_partition(topic, partition)
+        return json_response(await delete_records(b, who, caller_of(request.headers), topic, partition, body.offset))
+
     # ---------------------------------------------------------------- idempotent producers
 
     @app.post(
@@ -453,4 +509,5 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
     app.include_router(security_routes.router)
     app.include_router(connector_offsets.router)
     app.include_router(trace_routes.router)
+    app.include_router(compaction_routes.router)
     openapi.install(app)

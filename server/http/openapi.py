@@ -128,6 +128,9 @@ RULES: tuple[StatusRule, ...] = (
     _rule("/v1/connectors", {429}, _WRITES),  # written on the tenant's behalf: its quotas apply
     _rule("/v1/connectors/", {409}, _WRITES),  # a fenced (zombie) task's checkpoint
     _rule("/v1/topics/{topic}/fence", {421, 429}),  # each partition's fence: direct routing; rate quotas
+    # Past the high watermark; rate quotas (each partition's, at its owner)
+    _rule("/v1/topics/{topic}/delete-records", {416, 429}),
+    _rule("/v1/topics/{topic}/partitions/{partition}/delete-records", {416}),
     # Make: unknown topic; exists; relayed to its coordinator (refused under direct routing); the state and
     # dead-letter topics count against the partition quota, and a tenant making them too fast is limited.
     _rule("/v1/subscriptions", {404, 409, 421, 429}, {"post"}, exact=True),

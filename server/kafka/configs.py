@@ -242,7 +242,7 @@ async def describe_configs(ctx: Context, body: dict[str, Any]) -> dict[str, Any]
             result.update(error_code=admin_error_code(exc), error_message=exc.message)
         else:
             keys = resource.get("configuration_keys")
-            if keys:  # null or empty: every config
+            if keys is not None:  # null: every config (an empty list: none, as the protocol says)
                 wanted = set(keys)
                 entries = [e for e in entries if e.name in wanted]
             result["configs"] = [_describe_entry(e, version, synonyms, documentation) for e in entries]

@@ -25,19 +25,32 @@ partitions' flushes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fencing.errors import LogCorruptError, LogError
-from fencing.filesystem import WritableFile
+from fencing.filesystem import FileSystem, WritableFile
 from fencing.key_index import KeyIndex
-from fencing.log import PartitionLog, SealedSegment
+from fencing.log import PartitionLog, SealedSegment, create_cleaning, discard_cleaning
 from fencing.segments import SegmentName
 from talos import HEADER_SIZE, BatchError, BatchHeader, Record, RecordData, decode_records, encode_batch, read_header
 
-__all__ = ["CompactionReport", "CompactionSettings", "Throttle", "compact", "dirty_ratio"]
+__all__ = [
+    "CompactionReport",
+    "CompactionSettings",
+    "Output",
+    "SegmentSource",
+    "StoredSegments",
+    "Throttle",
+    "commit",
+    "compact",
+    "dirty_ratio",
+    "write_pass",
+]
 
 log = logging.getLogger("talos.compaction")
 
@@ -100,6 +113,54 @@ class Throttle:
             self._spent = 0.0
 
 
+class SegmentSource(Protocol):
+    """What a pass reads and writes through: the owner's :class:`~fencing.log.PartitionLog`, or, in a worker
+    process, :class:`StoredSegments` (the same files, the same fencing checks)."""
+
+    @property
+    def directory(self) -> str: ...
+
+    def read_sealed(self, segment: SealedSegment, position: int, size: int) -> bytes: ...
+
+    def create_cleaning(self, base: int, end: int) -> WritableFile: ...
+
+    def discard_cleaning(self, writer: WritableFile) -> None: ...
+
+    def discard_path(self, path: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSegments:
+    """A partition directory's sealed segments as a worker process sees them: read by path, compaction output
+    created under the owner's ``epoch`` with the same check against newer owners as the log's."""
+
+    fs: FileSystem
+    directory: str
+    epoch: int
+
+    def read_sealed(self, segment: SealedSegment, position: int, size: int) -> bytes:
+        return self.fs.read(segment.path, position, max(min(size, segment.length - position), 0))
+
+    def create_cleaning(self, base: int, end: int) -> WritableFile:
+        return create_cleaning(self.fs, self.directory, self.epoch, base, end)
+
+    def discard_cleaning(self, writer: WritableFile) -> None:
+        discard_cleaning(self.fs, writer)
+
+    def discard_path(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete(path)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A written and closed ``.cleaning`` file, to be committed in place of ``replaced``."""
+
+    replaced: list[SegmentName]
+    cleaning: str
+    name: SegmentName
+
+
 def dirty_ratio(segments: list[SealedSegment]) -> float:
     """The share of the sealed bytes that no pass has compacted yet."""
     total = sum(s.length for s in segments)
@@ -107,7 +168,7 @@ def dirty_ratio(segments: list[SealedSegment]) -> float:
     return dirty / total if total else 0.0
 
 
-def _batches(plog: PartitionLog, segment: SealedSegment, throttle: Throttle) -> Iterator[tuple[BatchHeader, bytes]]:
+def _batches(plog: SegmentSource, segment: SealedSegment, throttle: Throttle) -> Iterator[tuple[BatchHeader, bytes]]:
     """Each batch of a sealed segment with its header, read in chunks (a damaged tail ends it, as for readers)."""
     position = 0
     buffer = b""
@@ -152,43 +213,93 @@ def compact(
     now_ms: int | None = None,
     force: bool = False,
 ) -> CompactionReport | None:
-    """One compaction pass over ``plog`` (in a background thread); None when nothing was due. Raises
-    :class:`~fencing.errors.FencedError` when a newer owner took the partition over (nothing of this pass
-    is then left in its place) and :class:`~fencing.errors.StorageError` when the storage failed."""
-    throttle = throttle or Throttle(None)
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    """One compaction pass over ``plog`` in this process (:func:`write_pass`, then :func:`commit`); None when
+    nothing was due. Raises :class:`~fencing.errors.FencedError` when a newer owner took the partition over
+    (nothing of this pass is then left in its place) and :class:`~fencing.errors.StorageError` when the
+    storage failed."""
     started = time.monotonic()
     with plog.maintenance():
-        segments = plog.sealed_segments()
-        first_dirty = next((i for i, s in enumerate(segments) if s.name.generation == 0), len(segments))
-        if first_dirty == len(segments):
+        written = write_pass(
+            plog, plog.sealed_segments(), settings, index, throttle=throttle, now_ms=now_ms, force=force
+        )
+        if written is None:
             return None
-        if (
-            not force
-            and dirty_ratio(segments) <= settings.dirty_ratio
-            and not _lag_due(plog, segments[first_dirty], settings, now_ms)
-        ):
-            return None
-        report = CompactionReport()
-        index.clear()
-        last = _index_dirty(plog, segments, first_dirty, index, settings, now_ms, throttle, report)
-        if last < first_dirty:
-            return None
-        report.index_keys, report.index_bytes = index.size, index.memory_bytes
-        for group in _groups(segments[: last + 1], settings.segment_bytes):
-            _rewrite(plog, group, index, settings, now_ms, throttle, report)
-        report.cleaned_to = segments[last].name.end or 0
-        report.seconds = time.monotonic() - started
-    log.info(
-        "%s: compacted %d segments into %d below offset %d: %d of %d records removed (%d tombstones), "
-        "%d bytes read, %d written, %.2fs",
-        plog.directory, report.segments_in, report.segments_out, report.cleaned_to, report.records_removed,
-        report.records_read, report.tombstones_removed, report.bytes_read, report.bytes_written, report.seconds,
-    )  # fmt: skip
+        outputs, report = written
+        commit(plog, outputs)
+    report.seconds = time.monotonic() - started
     return report
 
 
-def _lag_due(plog: PartitionLog, first_dirty: SealedSegment, settings: CompactionSettings, now_ms: int) -> bool:
+def commit(plog: PartitionLog, outputs: list[Output]) -> None:
+    """Put a pass's outputs in place, in order (inside ``plog.maintenance()``, with the segments the pass read
+    still in place); an output not committed is deleted."""
+    names = [str(o.name) for o in outputs]
+    try:
+        while outputs:
+            output = outputs[0]
+            plog.commit_cleaned(output.replaced, output.cleaning, output.name)
+            outputs = outputs[1:]
+    finally:
+        for output in outputs:
+            with contextlib.suppress(LogError, OSError):
+                plog.discard_path(output.cleaning)
+    log.info("%s: compacted segments in place: %s", plog.directory, names)
+
+
+def write_pass(
+    source: SegmentSource,
+    segments: list[SealedSegment],
+    settings: CompactionSettings,
+    index: KeyIndex,
+    *,
+    throttle: Throttle | None = None,
+    now_ms: int | None = None,
+    force: bool = False,
+) -> tuple[list[Output], CompactionReport] | None:
+    """Read ``segments`` (the log's sealed ones, oldest first) and write the compacted ones as ``.cleaning``
+    files, ready for :func:`commit`; None when nothing was due. Runs in any process: it changes nothing
+    readers see."""
+    throttle = throttle or Throttle(None)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    started = time.monotonic()
+    first_dirty = next((i for i, s in enumerate(segments) if s.name.generation == 0), len(segments))
+    if first_dirty == len(segments):
+        return None
+    if (
+        not force
+        and dirty_ratio(segments) <= settings.dirty_ratio
+        and not _lag_due(source, segments[first_dirty], settings, now_ms)
+    ):
+        return None
+    report = CompactionReport()
+    index.clear()
+    last = _index_dirty(source, segments, first_dirty, index, settings, now_ms, throttle, report)
+    if last < first_dirty:
+        return None
+    report.index_keys, report.index_bytes = index.size, index.memory_bytes
+    outputs: list[Output] = []
+    try:
+        for group in _groups(segments[: last + 1], settings.segment_bytes):
+            output = _rewrite(source, group, index, settings, now_ms, throttle, report)
+            if output is not None:
+                outputs.append(output)
+    except BaseException:
+        for output in outputs:
+            with contextlib.suppress(LogError, OSError):
+                source.discard_path(output.cleaning)
+        raise
+    report.cleaned_to = segments[last].name.end or 0
+    report.seconds = time.monotonic() - started
+    log.info(
+        "%s: compacting %d segments into %d below offset %d: %d of %d records removed (%d tombstones), "
+        "%d bytes read, %d written, %.2fs",
+        source.directory, report.segments_in, report.segments_out, report.cleaned_to, report.records_removed,
+        report.records_read, report.tombstones_removed, report.bytes_read, report.bytes_written, report.seconds,
+    )  # fmt: skip
+    return outputs, report
+
+
+def _lag_due(plog: SegmentSource, first_dirty: SealedSegment, settings: CompactionSettings, now_ms: int) -> bool:
     """Whether the oldest dirty record is older than ``max_lag_ms``."""
     if settings.max_lag_ms is None:
         return False
@@ -200,7 +311,7 @@ def _lag_due(plog: PartitionLog, first_dirty: SealedSegment, settings: Compactio
 
 
 def _index_dirty(
-    plog: PartitionLog,
+    plog: SegmentSource,
     segments: list[SealedSegment],
     first_dirty: int,
     index: KeyIndex,
@@ -267,14 +378,14 @@ def _rebatch(header: BatchHeader, run: list[Record]) -> bytes:
 
 
 def _rewrite(
-    plog: PartitionLog,
+    plog: SegmentSource,
     group: list[SealedSegment],
     index: KeyIndex,
     settings: CompactionSettings,
     now_ms: int,
     throttle: Throttle,
     report: CompactionReport,
-) -> None:
+) -> Output | None:
     base, end = group[0].name.base, group[-1].name.end
     assert end is not None
     writer = plog.create_cleaning(base, end)
@@ -340,17 +451,17 @@ def _rewrite(
     report.segments_in += len(group)
     if removed_here == 0 and len(group) == 1 and group[0].name.generation > 0:
         _discard(plog, writer)  # nothing changed: the segment stays as it is
-        return
+        return None
     generation = 1 + max(s.name.generation for s in group)
     epoch = max(s.name.epoch for s in group)
     name = SegmentName(base, epoch, end, written, generation=generation)
-    plog.commit_cleaned([s.name for s in group], writer.path, name)
     report.bytes_written += written
     report.segments_out += 1
     report.outputs.append(str(name))
+    return Output([s.name for s in group], writer.path, name)
 
 
-def _discard(plog: PartitionLog, writer: WritableFile) -> None:
+def _discard(plog: SegmentSource, writer: WritableFile) -> None:
     try:
         plog.discard_cleaning(writer)
     except (LogError, OSError) as exc:

@@ -68,7 +68,15 @@ from talos import (
     verify_batch,
 )
 
-__all__ = ["LogConfig", "PartitionLog", "RecoveryReport", "SealedSegment", "scan_valid_prefix"]
+__all__ = [
+    "LogConfig",
+    "PartitionLog",
+    "RecoveryReport",
+    "SealedSegment",
+    "create_cleaning",
+    "discard_cleaning",
+    "scan_valid_prefix",
+]
 
 log = logging.getLogger("talos.log")
 
@@ -168,6 +176,27 @@ def entries_of_older_cleaning(entries: list[tuple[SegmentName | None, FileInfo]]
         if cleaning is not None and cleaning.epoch < epoch:
             out.append(info)
     return out
+
+
+def create_cleaning(fs: FileSystem, directory: str, epoch: int, base: int, end: int) -> WritableFile:
+    """A new file for a compaction's output covering [base, end), by the owner of ``epoch``. Checked against
+    newer owners *after* it exists: a takeover writes its marker before it lists the directory and deletes the
+    older owners' ``.cleaning`` files, so either this check sees the marker or the takeover deletes the file and
+    the rename in :meth:`PartitionLog.commit_cleaned` fails; a rename before the takeover lists is seen by it."""
+    writer = fs.create(posixpath.join(directory, str(CleaningName(base, epoch, end))))
+    if highest_epoch(fs, directory) > epoch:
+        with contextlib.suppress(LogError):
+            discard_cleaning(fs, writer)
+        raise FencedError(f"{directory}: a newer epoch exists; compaction stopped")
+    return writer
+
+
+def discard_cleaning(fs: FileSystem, writer: WritableFile) -> None:
+    """Close and delete a compaction's output that is not to be committed."""
+    with contextlib.suppress(LogError):
+        writer.close()
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete(writer.path)
 
 
 @dataclass
@@ -560,6 +589,8 @@ class PartitionLog:
         old, old_writer = self._active, self._writer
         assert old is not None and old_writer is not None
         if old.length == 0:
+            if wait:  # nothing to roll, but a roll in the background may still be sealing
+                self.wait_for_seal()
             return
         # Batches appended since the last flush go into the new segment: their offsets follow the active one's end.
         try:
@@ -804,28 +835,20 @@ class PartitionLog:
         return out
 
     def create_cleaning(self, base: int, end: int) -> WritableFile:
-        """A new file for a compaction's output covering [base, end). Checked against newer owners *after* it
-        exists: a takeover writes its marker before it lists the directory and deletes the older owners'
-        ``.cleaning`` files, so either this check sees the marker or the takeover deletes the file and the
-        rename in :meth:`commit_cleaned` fails; a rename that happens before the takeover lists is seen by it."""
+        """A new file for a compaction's output covering [base, end) (:func:`create_cleaning`)."""
         self._check()
-        writer = self._fs.create(self._path(CleaningName(base, self._epoch, end)))
-        if highest_epoch(self._fs, self._dir) > self._epoch:
-            with contextlib.suppress(LogError):
-                self.discard_cleaning(writer)
-            raise FencedError(f"{self._dir}: a newer epoch exists; compaction stopped")
-        return writer
+        return create_cleaning(self._fs, self._dir, self._epoch, base, end)
+
+    def discard_path(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete(path)
 
     def read_sealed(self, segment: SealedSegment, position: int, size: int) -> bytes:
         """Bytes of a sealed segment (a compaction reads them), never past its sealed length."""
         return self._fs.read(segment.path, position, max(min(size, segment.length - position), 0))
 
     def discard_cleaning(self, writer: WritableFile) -> None:
-        """Close and delete a compaction's output that is not to be committed."""
-        with contextlib.suppress(LogError):
-            writer.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._fs.delete(writer.path)
+        discard_cleaning(self._fs, writer)
 
     def commit_cleaned(self, replaced: list[SegmentName], cleaning: str, name: SegmentName) -> None:
         """Put the written and closed ``cleaning`` file in place of the ``replaced`` sealed segments (contiguous,

@@ -217,7 +217,7 @@ async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions
         await asyncio.sleep(broker.config.maintenance_interval_s)
         started = time.monotonic()
         try:
-            await connect_offsets.index_of(broker).maintain()  # first: snapshots are due before retention runs
+            await connect_offsets.index_of(broker).maintain()  # indexes caught up; old topics compacted
             await broker.maintain()
             await coordinator.maintain()
             await subscriptions.maintain()

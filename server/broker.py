@@ -31,7 +31,7 @@ from hashring import Ring, partition_key
 from server import metrics
 from server.bounded import in_daemon_thread, until_deadline
 from server.cluster import ClusterMember, Owner
-from server.compaction import Compactor
+from server.compaction import CompactionReport, Compactor
 from server.compaction import log_config as compaction_log_config
 from server.config import ServerConfig
 from server.coordination import ZkEpochSource
@@ -481,7 +481,31 @@ class Broker:
             await self._io(partition.log.enforce_retention)
         config = self._topics.get(partition.topic)
         if config is not None:
-            self.compactor.offer(partition.log, config)
+            self._compact(partition, config, force=False)
+
+    def _compact(
+        self, partition: LoadedPartition, config: TopicConfig, *, force: bool
+    ) -> asyncio.Future[CompactionReport | None] | None:
+        """A pass over the partition (queued; forced: whatever the dirty ratio); once it is done, the tail cache
+        forgets the batches it compacted, so readers get the compacted copy."""
+        future = self.compactor.offer(partition.log, config, force=force)
+        if future is None:
+            return None
+        wrapped = asyncio.wrap_future(future)
+
+        def done(finished: asyncio.Future[CompactionReport | None]) -> None:
+            if not finished.cancelled() and finished.exception() is None:
+                report = finished.result()
+                if report is not None:
+                    partition.tail.drop_below(report.cleaned_to)
+
+        wrapped.add_done_callback(done)
+        return wrapped
+
+    async def compact_now(self, partition: LoadedPartition) -> CompactionReport | None:
+        """A pass over the partition now, whatever its dirty ratio (an operator's request)."""
+        pending = self._compact(partition, self.topic(partition.topic), force=True)
+        return None if pending is None else await pending
 
     async def _io(self, function: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)

@@ -6,7 +6,6 @@ is due (dirty ratio, or ``max.compaction.lag.ms``), or when an operator asks (``
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -24,7 +23,7 @@ from server.config import ServerConfig
 from server.topic_configs import compacted, deleted_by_retention
 from server.topics import TopicConfig
 
-__all__ = ["Compactor", "compaction_settings", "log_config"]
+__all__ = ["CompactionReport", "Compactor", "compaction_settings", "log_config"]
 
 log = logging.getLogger("talos.compaction")
 
@@ -158,11 +157,6 @@ class Compactor:
             raise StorageError(f"the compaction worker exited ({worker.poll()})")
         answer: dict[str, Any] = json.loads(line)
         return answer
-
-    async def run(self, plog: PartitionLog, topic: TopicConfig) -> CompactionReport | None:
-        """A pass now (forced: whatever the dirty ratio), awaited."""
-        future = self.offer(plog, topic, force=True)
-        return None if future is None else await asyncio.wrap_future(future)
 
     def close(self) -> None:
         """Stop taking passes and stop the worker by its PID: a pass it was writing is left as ``.cleaning``

@@ -52,8 +52,6 @@ class ServerConfig:
     group_snapshot_interval_s: float = 600.0  # a coordinator rewrites each group's state this often
     group_min_session_s: float = 0.5
     group_max_session_s: float = 300.0
-    # Connector checkpoints: each partition's owner rewrites a connector's state this often (server.connect_offsets).
-    connect_offsets_snapshot_interval_s: float = 600.0
     maintenance_interval_s: float = 30.0  # retention, snapshots, expired group members: checked this often
     # Metering: usage records to __talos_metrics every interval (0: off).
     metering_interval_s: float = 10.0

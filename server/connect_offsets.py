@@ -2,22 +2,18 @@
 checkpoint, so a task's start reads the connector's state instead of the partition's history.
 
 Records (all of a connector's on :func:`partition_of` its name; header ``talos-tenant``: the writing tenant,
-none for the admin, so another tenant's connector of the same name is another connector):
+none for the admin, so another tenant's connector of the same name is another connector): a task's checkpoint,
+key :func:`task_key` (``<connector>/<task>``, a zero byte, the tenant), value the JSON document, or null (the
+task is removed). The newest record of a key wins (:func:`apply`, in offset order).
 
-- a task's checkpoint: key ``<connector>/<task>``, value the JSON document, or null (the task is removed);
-- a snapshot: key ``<connector>`` (names hold no ``/``), header ``talos-connect: snapshot``, value
-  ``{"through": t, "tasks": {task: document}}``: every task of the connector as of the offsets below ``t``.
-
-The fold, in offset order (:func:`apply`): a task's record sets or removes its task; a snapshot replaces the
-connector's tasks, except those whose own record (or tombstone) at ``t`` or later is newer than it: it may
-land behind a save its writer had not read yet (forwarded by another server while it was made). A snapshot
-whose ``t`` is not past the last folded one's knows nothing newer and is skipped.
-
-Compaction, as ``__consumer_offsets`` does it: the topic keeps records :data:`RETENTION_MS`, and the owner of
-each partition rewrites a snapshot of every connector that has tasks once its newest snapshot (or, before
-any, its oldest record) is ``connect_offsets_snapshot_interval_s`` old. It does so in each maintenance pass,
-before the pass enforces retention, so a connector's state is always inside retention and older records
-only expire. A connector whose tasks are all removed gets no more snapshots: its records expire.
+The topic is compacted (``cleanup.policy=compact``, docs/compaction.md): the log itself keeps the newest record
+of every (tenant, connector, task) and drops what it superseded, and a removed task's tombstone goes after
+``delete.retention.ms``. Until issue 37 it kept records for a week and the owner of each partition rewrote a
+snapshot of every connector every ten minutes so that no state fell out of retention; compaction made that
+mechanism go. A log written then still folds: its keys ``<connector>/<task>`` (no tenant in the key) and its
+snapshot records (key ``<connector>``, header ``talos-connect: snapshot``, value ``{"through": t, "tasks":
+{...}}``: the connector's tasks as of the offsets below ``t``, except those with a newer record of their own)
+are read as before, and a topic made with retention is switched to compaction by the first maintenance pass.
 
 The index (:class:`ConnectOffsetsIndex`): each server keeps the fold of every partition it was asked about,
 and the offset it has read up to. A load first reads from there to the partition's high watermark (through
@@ -25,8 +21,8 @@ the owner, as any fetch): a save that returned is durable, hence below that wate
 server sees it, also after the partition moved (the log, and its offsets, are the same). A save this server
 served is folded in at once when it is the next offset, and every maintenance pass catches up the indexed
 partitions. So a load reads what other servers wrote since this one last looked (at most one maintenance
-interval's worth; nothing of its own saves), and only the first load after a start, or after retention
-passed the index by, reads the retained partition.
+interval's worth; nothing of its own saves), and only the first load after a start reads the (compacted)
+partition.
 """
 
 from __future__ import annotations
@@ -52,7 +48,6 @@ from talos import Record, RecordData, decode_records, iter_batches, partition_fo
 __all__ = [
     "CONNECT_OFFSETS_TOPIC",
     "PARTITIONS",
-    "RETENTION_MS",
     "TENANT_RECORD_HEADER",
     "ConnectOffsetsIndex",
     "ConnectorState",
@@ -60,7 +55,7 @@ __all__ = [
     "fold",
     "index_of",
     "partition_of",
-    "snapshot_record",
+    "task_key",
     "topic_config",
 ]
 
@@ -68,14 +63,13 @@ log = logging.getLogger("talos.connect_offsets")
 
 CONNECT_OFFSETS_TOPIC = "__connect_offsets"
 PARTITIONS = 8
-# As __consumer_offsets: far longer than the snapshot interval (minutes), so a connector's state survives a
-# week without an owner maintaining its partition, and a rebuild reads at most a week of checkpoints.
-RETENTION_MS = 7 * 24 * 3600 * 1000
+# Segments roll hourly (and at 16 MiB), so superseded checkpoints are compacted away within hours.
+SEGMENT_MS = 3600 * 1000
+SEGMENT_BYTES = 16 * 1024 * 1024
 TENANT_RECORD_HEADER = "talos-tenant"
 KIND_HEADER = "talos-connect"
 SNAPSHOT = b"snapshot"
 _READ_BYTES = 4 * 1024 * 1024
-_SNAPSHOT_BATCH_BYTES = 1024 * 1024  # snapshots appended together up to about this much
 
 ConnectorKey = tuple[str | None, str]  # (tenant, connector)
 
@@ -85,7 +79,20 @@ def partition_of(connector: str) -> int:
 
 
 def topic_config() -> TopicConfig:
-    return TopicConfig(CONNECT_OFFSETS_TOPIC, PARTITIONS, retention_ms=RETENTION_MS, created_ms=int(time.time() * 1000))
+    return TopicConfig(
+        CONNECT_OFFSETS_TOPIC,
+        PARTITIONS,
+        cleanup_policy="compact",
+        segment_ms=SEGMENT_MS,
+        segment_bytes=SEGMENT_BYTES,
+        created_ms=int(time.time() * 1000),
+    )
+
+
+def task_key(tenant: str | None, connector: str, task: str) -> bytes:
+    """A checkpoint's record key: one per (tenant, connector, task), as compaction keeps one record per key.
+    The tenant goes last, after a zero byte, so a task name holding anything still reads back whole."""
+    return f"{connector}/{task}\x00{tenant or ''}".encode()
 
 
 @dataclass
@@ -111,6 +118,8 @@ def apply(connectors: dict[ConnectorKey, ConnectorState], record: Record) -> Non
     if record.key is None:
         return
     connector, slash, task = record.key.decode(errors="replace").partition("/")
+    if "\x00" in task:  # task_key's: the tenant after the last zero byte (the header says it too)
+        task = task.rpartition("\x00")[0]
     key = (_tenant(record), connector)
     if slash:
         _apply_task(connectors, key, task, record)
@@ -166,13 +175,6 @@ def fold(records: Iterable[Record]) -> dict[ConnectorKey, ConnectorState]:
     for record in records:
         apply(connectors, record)
     return connectors
-
-
-def snapshot_record(tenant: str | None, connector: str, through: int, tasks: dict[str, dict[str, Any]]) -> RecordData:
-    headers: list[tuple[str, bytes | None]] = [(KIND_HEADER, SNAPSHOT)]
-    if tenant is not None:
-        headers.append((TENANT_RECORD_HEADER, tenant.encode()))
-    return RecordData(orjson.dumps({"through": through, "tasks": tasks}), connector.encode(), headers)
 
 
 @dataclass
@@ -260,59 +262,34 @@ class ConnectOffsetsIndex:
             return False  # an empty ring
 
     async def maintain(self) -> None:
-        """Catch up every indexed or owned partition, and write the snapshots that are due in the owned ones.
-        Run it before the broker enforces retention: an old connector is snapshotted before its records go."""
+        """Catch up every indexed or owned partition; switch a topic made before compaction to it."""
         try:
             config = self._broker.topic(CONNECT_OFFSETS_TOPIC)
         except ApiError:
             return  # nothing was ever checkpointed
-        interval_ms = int(self._broker.config.connect_offsets_snapshot_interval_s * 1000)
-        complete = True
         for partition in range(config.partitions):
-            owned = self._owns(partition)
-            if not owned and partition not in self._partitions:
+            if not self._owns(partition) and partition not in self._partitions:
                 continue
             try:
-                cache = await self._caught_up(partition, config)
-                if owned:
-                    await self._snapshot(partition, cache, interval_ms)
-            except Exception as exc:  # the other partitions, and the broker's retention pass, go on
-                complete = False
+                await self._caught_up(partition, config)
+            except Exception as exc:  # the other partitions go on
                 log.warning("%s/%d: maintenance failed: %r", CONNECT_OFFSETS_TOPIC, partition, exc)
-        if config.retention_ms is None and complete:
-            # Made before it had a retention: owned partitions are snapshotted now, and every other owner
-            # snapshots its own in its pass before retention runs there.
+        if config.cleanup_policy != "compact":
+            # Made with a retention (and snapshots) before issue 37: from now on the log keeps the newest
+            # record of every task itself. Its snapshots stay readable; none is written any more.
+            wanted = topic_config()
             try:
-                await self._broker.update_topic(CONNECT_OFFSETS_TOPIC, retention_ms=RETENTION_MS)
+                await self._broker.update_topic(
+                    CONNECT_OFFSETS_TOPIC,
+                    cleanup_policy="compact",
+                    retention_ms=None,
+                    segment_ms=wanted.segment_ms,
+                    segment_bytes=wanted.segment_bytes,
+                )
             except ApiError as exc:
-                log.warning("%s: could not set its retention: %s", CONNECT_OFFSETS_TOPIC, exc)
+                log.warning("%s: could not switch it to compaction: %s", CONNECT_OFFSETS_TOPIC, exc)
             else:
-                log.info("%s: records now kept %d ms", CONNECT_OFFSETS_TOPIC, RETENTION_MS)
-
-    async def _snapshot(self, partition: int, cache: _Partition, interval_ms: int) -> None:
-        now_ms = int(time.time() * 1000)
-        through = cache.next_offset
-        due = [
-            (key, state)
-            for key, state in cache.connectors.items()
-            if state.tasks and now_ms - state.snapshot_ms >= interval_ms
-        ]
-        records = [snapshot_record(tenant, name, through, state.documents()) for (tenant, name), state in due]
-        for _key, state in due:
-            state.snapshot_ms = now_ms  # not due again next pass, even if the catch-up reads them later
-        batches: list[list[RecordData]] = []
-        size = 0
-        for record in records:
-            if not batches or size + len(record.value or b"") > _SNAPSHOT_BATCH_BYTES:
-                batches.append([])
-                size = 0
-            batches[-1].append(record)
-            size += len(record.value or b"")
-        for batch in batches:
-            offset = await internal_topics.append(self._broker, CONNECT_OFFSETS_TOPIC, partition, batch)
-            self.written(partition, offset, batch)
-        if due:
-            log.info("%s/%d: %d connectors snapshotted", CONNECT_OFFSETS_TOPIC, partition, len(due))
+                log.info("%s: compacted from now on", CONNECT_OFFSETS_TOPIC)
 
 
 _indexes: weakref.WeakKeyDictionary[Broker, ConnectOffsetsIndex] = weakref.WeakKeyDictionary()

@@ -31,7 +31,7 @@ async def compact_partition(
     except NotOwnerError as exc:
         reply = await call_partition(broker.forwarder, caller, exc.owner, "POST", topic, partition, "compact", query={})
         return answer_of(reply)
-    report = await broker.compactor.run(loaded.log, config)
+    report = await broker.compact_now(loaded)
     if report is None:
         return {"partition": partition, "compacted": False}
     return {

@@ -66,6 +66,14 @@ class PartitionTail:
             pass
         self._cache.forget(self._key)
 
+    def drop_below(self, offset: int) -> None:
+        """Forget the batches that end at or below ``offset`` (compacted: readers get the log's smaller copy)."""
+        freed = 0
+        while self._first < len(self._ends) and self._ends[self._first] <= offset:
+            freed += self.evict_oldest()
+        if freed:
+            self._cache.release(self._key, freed)
+
 
 class TailCache:
     """The shared budget. Eviction takes the oldest batch of the partition that cached least recently."""
@@ -94,6 +102,19 @@ class TailCache:
             else:
                 self._sizes[victim_key] = (victim, victim_held - freed)
                 self._sizes.move_to_end(victim_key, last=False)
+
+    def release(self, key: tuple[str, int], size: int) -> None:
+        """``size`` bytes of ``key``'s batches were dropped by the partition itself."""
+        entry = self._sizes.get(key)
+        if entry is None:
+            return
+        tail, held = entry
+        freed = min(size, held)
+        self.used -= freed
+        if held - freed <= 0:
+            del self._sizes[key]
+        else:
+            self._sizes[key] = (tail, held - freed)
 
     def forget(self, key: tuple[str, int]) -> None:
         held = self._sizes.pop(key, (None, 0))[1]

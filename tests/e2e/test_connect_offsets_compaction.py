@@ -1,7 +1,8 @@
-"""``__connect_offsets`` compacted by snapshots, and loads answered from the server's index (issue 22, part 4),
-against a real ``talos standalone``: a load after many saves reads next to nothing of the partition (it read
-all of it before), the owner's snapshots leave removed tasks removed, a restart rebuilds the latest state
-from the log, and the topic gets a retention."""
+"""``__connect_offsets`` on a compacted topic (issue 37; issue 22 kept it with snapshots and a retention), and
+loads answered from the server's index, against a real ``talos standalone``: a load after many saves reads
+next to nothing of the partition, compaction keeps the newest checkpoint of every task and a removed task
+removed, a restart rebuilds the latest state from the log, and a topic made with a retention (before
+compaction) is switched to compaction."""
 
 from __future__ import annotations
 
@@ -11,17 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
-from server.connect_offsets import CONNECT_OFFSETS_TOPIC, RETENTION_MS, partition_of
+from server.connect_offsets import CONNECT_OFFSETS_TOPIC, partition_of
 from server.devservices import StandaloneServer, wait_until
 from talos import Admin
 
 pytestmark = pytest.mark.slow
 
-# Maintenance every half second, and every connector with tasks is due for a snapshot in each pass.
-ENV = {"TALOS_MAINTENANCE_INTERVAL_S": "0.5", "TALOS_CONNECT_OFFSETS_SNAPSHOT_INTERVAL_S": "0"}
+ENV = {"TALOS_MAINTENANCE_INTERVAL_S": "0.5"}
 
 
 @pytest.fixture
@@ -52,14 +51,6 @@ def _records(url: str, connector: str) -> list[dict[str, Any]]:
         offset = page["next_offset"]
 
 
-def _snapshots(url: str, connector: str) -> list[dict[str, Any]]:
-    return [
-        {"offset": r["offset"], **orjson.loads(r["value"])}
-        for r in _records(url, connector)
-        if r["key"] == connector and r["headers"].get("talos-connect") == "snapshot"
-    ]
-
-
 def test_a_load_after_many_saves_reads_next_to_nothing(server: StandaloneServer) -> None:
     with Admin(server.url) as admin:
         admin.save_connector_offsets("busy", "0", {"position": 0})
@@ -77,25 +68,38 @@ def test_a_load_after_many_saves_reads_next_to_nothing(server: StandaloneServer)
     assert read < history / 20, f"the load read {read:.0f} bytes of __connect_offsets after {history:.0f} written"
 
 
-def test_snapshots_keep_a_removed_task_removed(server: StandaloneServer) -> None:
+def _compact(url: str, connector: str) -> dict[str, Any]:
+    answer = httpx.post(f"{url}/v1/topics/{CONNECT_OFFSETS_TOPIC}/partitions/{partition_of(connector)}/compact")
+    assert answer.status_code == 200, answer.text
+    report: dict[str, Any] = answer.json()
+    return report
+
+
+def test_compaction_keeps_the_newest_checkpoint_of_every_task_and_a_removed_task_removed(
+    server: StandaloneServer,
+) -> None:
     with Admin(server.url) as admin:
-        for task in ("0", "1", "2"):
-            admin.save_connector_offsets("tomb", task, {"position": int(task)})
+        admin.save_connector_offsets("tomb", "0", {"position": 0})
+        # Small segments, so that the saves below are sealed and a pass may compact them.
+        admin.alter_topic(CONNECT_OFFSETS_TOPIC, segment_bytes=1024)
+        for position in range(60):
+            admin.save_connector_offsets("tomb", str(position % 3), {"position": position})
         admin.save_connector_offsets("tomb", "1", None)
-        tombstone = max(r["offset"] for r in _records(server.url, "tomb") if r["key"] == "tomb/1")
-        wait_until(
-            lambda: any(s["through"] > tombstone for s in _snapshots(server.url, "tomb")),
-            timeout=30,
-            what="a snapshot made after the tombstone",
-        )
-        newest = _snapshots(server.url, "tomb")[-1]
-        assert newest["tasks"] == {"0": {"position": 0}, "2": {"position": 2}}
-        assert admin.connector_offsets("tomb") == {"0": {"position": 0}, "2": {"position": 2}}
-        admin.save_connector_offsets("tomb", "2", None)  # a tombstone after the snapshot wins over it
-        assert admin.connector_offsets("tomb") == {"0": {"position": 0}}
+        for position in range(60, 90):  # more, so that the tombstone's segment is sealed too
+            admin.save_connector_offsets("tomb", "0", {"position": position})
+        report = _compact(server.url, "tomb")
+        assert report["compacted"] and report["records_removed"] > 50
+        keys = [(r["key"], r["value"]) for r in _records(server.url, "tomb") if r["key"].startswith("tomb/")]
+        assert len(keys) < 40, keys  # superseded checkpoints are gone from the log
+        assert ("tomb/1\u0000", None) in keys  # the tombstone stays (delete.retention.ms: a day)
+        assert admin.connector_offsets("tomb") == {"0": {"position": 89}, "2": {"position": 59}}
+    server.stop()
+    server.start()  # a new index, built from the compacted log
+    with Admin(server.url) as admin:
+        assert admin.connector_offsets("tomb") == {"0": {"position": 89}, "2": {"position": 59}}
 
 
-def test_a_restart_rebuilds_the_latest_state_and_the_topic_has_a_retention(tmp_path: Path) -> None:
+def test_a_restart_rebuilds_the_latest_state_and_the_topic_is_compacted(tmp_path: Path) -> None:
     instance = StandaloneServer(tmp_path / "data", env=ENV)
     try:
         instance.start()
@@ -103,10 +107,18 @@ def test_a_restart_rebuilds_the_latest_state_and_the_topic_has_a_retention(tmp_p
             for position in range(30):
                 admin.save_connector_offsets("kept", str(position % 3), {"position": position})
             admin.save_connector_offsets("kept", "1", None)
-            wait_until(lambda: bool(_snapshots(instance.url, "kept")), timeout=30, what="a snapshot")
-            admin.save_connector_offsets("kept", "0", {"position": 100})  # after the snapshot
+            admin.save_connector_offsets("kept", "0", {"position": 100})
             admin.save_connector_offsets("other", "0", {"position": 7})
-            assert admin.describe_topic(CONNECT_OFFSETS_TOPIC).retention_ms == RETENTION_MS
+            topic = admin.describe_topic(CONNECT_OFFSETS_TOPIC)
+            assert (topic.cleanup_policy, topic.retention_ms) == ("compact", None)
+            # A topic made before compaction (with a retention): the next maintenance pass switches it.
+            admin.alter_topic(CONNECT_OFFSETS_TOPIC, cleanup_policy="delete", retention_ms=7 * 86_400_000)
+            wait_until(
+                lambda: admin.describe_topic(CONNECT_OFFSETS_TOPIC).cleanup_policy == "compact",
+                timeout=30,
+                what="the switch to compaction",
+            )
+            assert admin.describe_topic(CONNECT_OFFSETS_TOPIC).retention_ms is None
         instance.stop()
         instance.start()  # same data directory and port
         with Admin(instance.url) as admin:

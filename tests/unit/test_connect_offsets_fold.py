@@ -1,5 +1,6 @@
-"""The fold of ``__connect_offsets`` (``server.connect_offsets``): task records, tombstones and snapshots →
-every connector's latest checkpoints, also from what retention leaves of the partition."""
+"""The fold of ``__connect_offsets`` (``server.connect_offsets``): task records, tombstones and the snapshots of
+logs written before compaction → every connector's latest checkpoints, also from what retention left of the
+partition then."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.connect_offsets import ConnectorKey, ConnectorState, fold, snapshot_record
+from server.connect_offsets import ConnectorKey, ConnectorState, fold, task_key
 from talos import Record, RecordData
 
 TENANT_HEADER = "talos-tenant"
@@ -24,6 +25,14 @@ def _task(tenant: str | None, connector: str, task: str, document: dict[str, Any
     headers = [] if tenant is None else [(TENANT_HEADER, tenant.encode())]
     value = None if document is None else orjson.dumps(document)
     return RecordData(value, f"{connector}/{task}".encode(), headers)
+
+
+def snapshot_record(tenant: str | None, connector: str, through: int, tasks: dict[str, dict[str, Any]]) -> RecordData:
+    """A snapshot as servers wrote them before issue 37 (the fold still reads logs written then)."""
+    headers: list[tuple[str, bytes | None]] = [("talos-connect", b"snapshot")]
+    if tenant is not None:
+        headers.append((TENANT_HEADER, tenant.encode()))
+    return RecordData(orjson.dumps({"through": through, "tasks": tasks}), connector.encode(), headers)
 
 
 def _log(*items: RecordData) -> list[Record]:
@@ -159,3 +168,17 @@ def test_fold_equals_the_newest_saves_also_after_retention(ops: list[tuple[Any, 
     for key, made in snapshots.items():
         if max((through for offset, through in made if offset >= cut), default=-1) >= cut:
             assert _documents(retained, key) == everything.get(key, {}), key
+
+
+@given(
+    task=st.text(min_size=1, max_size=20),
+    tenant=st.one_of(st.none(), st.text(alphabet="abc-_0123", min_size=1, max_size=8)),
+)
+def test_a_compacted_key_names_one_tenants_task_and_folds_back_to_it(task: str, tenant: str | None) -> None:
+    headers = [] if tenant is None else [(TENANT_HEADER, tenant.encode())]
+    keyed = RecordData(orjson.dumps({"p": 1}), task_key(tenant, "c", task), headers)
+    other = RecordData(orjson.dumps({"p": 2}), task_key("someone-else", "c", task), [(TENANT_HEADER, b"someone-else")])
+    assert task_key(tenant, "c", task) != task_key("someone-else", "c", task) or tenant == "someone-else"
+    state = fold(_log(keyed, other))
+    if tenant != "someone-else":
+        assert _documents(state, (tenant, "c")) == {task: {"p": 1}}

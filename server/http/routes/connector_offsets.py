@@ -1,12 +1,12 @@
 """Connector checkpoints: ``GET/PUT /v1/connectors/{name}/offsets``, kept in ``__connect_offsets``.
 
 A source connector's positions (files and byte offsets, search cursors) are kept by the servers in the
-internal topic ``__connect_offsets``, which tenants cannot reach directly. Each record is keyed
-``<connector>/<task>`` and carries the writing tenant in a header taken from the authenticated principal
+internal topic ``__connect_offsets`` (compacted), which tenants cannot reach directly. Each record is keyed
+by (connector, task, tenant) and carries the writing tenant in a header taken from the authenticated principal
 (the admin's, as with auth off, carry none), so tenant B can neither read nor rewind A's connector, even
 one of the same name. The newest record of a (tenant, connector, task) wins; a null document removes the
 task's checkpoint. All of a connector's records go to one partition (by its name). A load is answered from
-this server's index of that partition (``server.connect_offsets``: snapshots, retention, read-your-writes),
+this server's index of that partition (``server.connect_offsets``: compaction, read-your-writes),
 so a task's start reads its connector's latest state, not the partition's history.
 Records that runners wrote directly before this API existed are the admin's.
 """
@@ -23,7 +23,14 @@ from starlette.responses import Response
 
 from server import internal_topics
 from server.broker import Broker
-from server.connect_offsets import CONNECT_OFFSETS_TOPIC, TENANT_RECORD_HEADER, index_of, partition_of, topic_config
+from server.connect_offsets import (
+    CONNECT_OFFSETS_TOPIC,
+    TENANT_RECORD_HEADER,
+    index_of,
+    partition_of,
+    task_key,
+    topic_config,
+)
 from server.errors import ApiError
 from server.http.routes.security import broker_of, principal
 from server.messaging.caller import for_tenant
@@ -79,7 +86,7 @@ async def save(
         value = None if checkpoint is None else orjson.dumps(checkpoint)
     except orjson.JSONEncodeError as exc:  # e.g. an integer past 64 bits, which JSON parsing allowed
         raise ApiError(400, "INVALID_REQUEST", f"the checkpoint cannot be stored: {exc}") from None
-    record = RecordData(value, f"{connector}/{task}".encode(), record_headers)
+    record = RecordData(value, task_key(tenant, connector, task), record_headers)
     fields = (
         {} if producer is None else {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": -1}
     )

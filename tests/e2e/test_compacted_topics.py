@@ -4,18 +4,19 @@ leaves the last value of every key."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError
 
 from fencing import SegmentName
-from talos import Admin
+from talos import Admin, Consumer, Message
 from tests.helpers import KafkaStandalone, running_kafka_standalone
 
 # Maintenance every 0.2 s; small segments so that data is sealed (only sealed segments are compacted).
@@ -43,6 +44,14 @@ def fetch_all(url: str, topic: str, partition: int = 0) -> list[dict[str, object
 
 def produce(url: str, topic: str, messages: list[dict[str, object]]) -> httpx.Response:
     return httpx.post(f"{url}/v1/topics/{topic}/partitions/0/messages", json={"messages": messages})
+
+
+def drain(consumer: Consumer, count: int) -> list[Message]:
+    out: list[Message] = []
+    deadline = time.monotonic() + 30
+    while len(out) < count and time.monotonic() < deadline:
+        out.extend(consumer.poll(1.0))
+    return out
 
 
 def wait_until(check: object, timeout: float = 30.0) -> None:
@@ -101,6 +110,24 @@ def test_compaction_keeps_the_last_value_of_every_key_and_a_restart_serves_the_s
         assert {k: last[k] for k in keys[1:]} == {k: f"{k}=29" for k in keys[1:]}
         assert last["k0"] is None  # the tombstone stays for delete.retention.ms (a day by default)
         assert max(offsets) == 300 + 1 + 40 - 1  # offsets never change
+        # The SDK's consumer reads the same, across the gaps compaction left (a seek into one too).
+        with Consumer(server.url, partitions=[("table", 0)], start="earliest") as consumer:
+            polled = [(m.offset, m.value) for m in drain(consumer, len(seen))]
+        assert polled == [(m["offset"], None if m["value"] is None else str(m["value"]).encode()) for m in seen]
+        # A Kafka consumer too (the gaps are Kafka's own compacted-topic gaps to it).
+        kafka = KafkaConsumer(
+            bootstrap_servers=server.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000
+        )
+        try:
+            kafka.assign([TopicPartition("table", 0)])
+            from_kafka = [(r.offset, r.value) for r in itertools.islice(kafka, len(seen))]
+        finally:
+            kafka.close()
+        assert from_kafka == polled
+        gap = next(o for o in range(max(offsets)) if o not in offsets)
+        with Consumer(server.url, partitions=[("table", 0)]) as consumer:
+            consumer.seek("table", 0, gap)
+            assert drain(consumer, 1)[0].offset == min(o for o in offsets if o > gap)
 
 
 def test_kafka_clients_create_alter_and_are_refused_keyless_records(server: KafkaStandalone, topic_name: str) -> None:

@@ -712,9 +712,14 @@ class PartitionLog:
         self._config = config
 
     def enforce_retention(self, now_ms: int | None = None) -> list[str]:
-        """Delete the oldest sealed segments past the retention limits; returns their names."""
-        with self._maintenance:
+        """Delete the oldest sealed segments past the retention limits; returns their names. While a compaction
+        pass holds the segments, nothing (the next call catches up): retention must not wait a pass out."""
+        if not self._maintenance.acquire(blocking=False):
+            return []
+        try:
             return self._enforce_retention(now_ms)
+        finally:
+            self._maintenance.release()
 
     def _enforce_retention(self, now_ms: int | None) -> list[str]:
         config = self._config

@@ -75,8 +75,7 @@ class _Worker:
         outputs, report = written
         return {
             "outputs": [
-                {"replaced": [str(n) for n in o.replaced], "cleaning": o.cleaning, "name": str(o.name)}
-                for o in outputs
+                {"replaced": [str(n) for n in o.replaced], "cleaning": o.cleaning, "name": str(o.name)} for o in outputs
             ],
             "report": dataclasses.asdict(report),
         }

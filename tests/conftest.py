@@ -87,7 +87,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.hdfs)
 
 
-_PARALLEL_ORDER = {name: rank for rank, name in enumerate(("cluster", "connectors", "spark", "e2e", "integration"))}
+_PARALLEL_ORDER = {
+    name: rank for rank, name in enumerate(("cluster", "connectors", "spark", "e2e", "frameworks", "integration"))
+}
 
 
 class _Phase:

@@ -1,0 +1,58 @@
+"""A Faust application, run as its own process by the tests (so that it can be killed with SIGKILL): a count per
+message key in a table held in memory (``store="memory://"``: nothing is kept locally, so every start rebuilds the
+table from its changelog topic, compacted, which Faust creates), each new count sent to the output topic as
+``{"key": KEY, "count": N, "run": RUN}``.
+
+    python tests/frameworks/faust_app.py BOOTSTRAP APP_ID INPUT OUTPUT DATA_DIR DELAY_S RUN PARTITIONS
+
+``RUN`` names this run in every output record (``"run"``), so the test tells a restarted application's counts from
+its first run's. ``PARTITIONS``: the input topic's (the table's changelog gets as many). ``DELAY_S``: a sleep per
+message, so that a run over a topic takes a while (the test kills it midway). Processing is
+at least once (Faust's default): offsets are committed every half second, once the events before them are acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import faust
+
+
+def main() -> None:
+    bootstrap, app_id, input_name, output_name, data_dir, delay_s, run, partitions = sys.argv[1:9]
+    delay = float(delay_s)
+    app = faust.App(
+        app_id,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        datadir=data_dir,
+        topic_partitions=int(partitions),
+        processing_guarantee="at_least_once",
+        broker_commit_interval=0.5,
+        # the group moves on within seconds of a member's kill -9 (the broker's minimum session timeout)
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=0.5,
+        consumer_auto_offset_reset="earliest",
+    )
+    source = app.topic(input_name, key_serializer="raw", value_serializer="raw")
+    sink = app.topic(output_name, key_serializer="raw", value_serializer="raw")
+    counts = app.Table("counts", default=int)
+
+    @app.agent(source)
+    async def count(stream: faust.StreamT[bytes]) -> None:
+        async for key_bytes, _value in stream.items():
+            await asyncio.sleep(delay)
+            key = key_bytes.decode()
+            counts[key] += 1
+            await sink.send(key=key_bytes, value=json.dumps({"key": key, "count": counts[key], "run": run}).encode())
+
+    print(f"running {app_id}", flush=True)
+    # no web server: the worker's command line decides (its default binds port 6066 on every address)
+    sys.argv = [sys.argv[0], "worker", "--loglevel", "info", "--without-web"]
+    app.main()
+
+
+if __name__ == "__main__":
+    main()

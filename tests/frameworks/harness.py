@@ -1,0 +1,198 @@
+"""What the stream-processing framework tests share: a keyed workload produced with confluent-kafka, the
+applications as processes (``quix_app.py``, ``faust_app.py``) owned by PID, and what is read back through Kafka
+clients: the group's committed offsets and the counts in the output topic."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from server.devservices import ManagedProcess
+from tests.helpers import KafkaStandalone
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+PARTITIONS = 4
+
+
+@dataclass
+class Workload:
+    """Keyed messages on the input topic: where each landed (partition, offset) and its key."""
+
+    placed: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def produce(self, bootstrap: str, topic: str, keys: Iterable[str]) -> None:
+        """Each key in order as one message (acks=all), every one acknowledged or the test fails."""
+        errors: list[str] = []
+
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                errors.append(str(error))
+            else:
+                self.placed.append((message.partition(), message.offset(), message.key().decode()))
+
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+        for n, key in enumerate(keys):
+            producer.produce(topic, key=key.encode(), value=str(n).encode(), on_delivery=report)
+            producer.poll(0)
+        assert producer.flush(30) == 0, "messages still unacknowledged after 30 s"
+        assert errors == []
+
+    def true_counts(self) -> Counter[str]:
+        return Counter(key for _, _, key in self.placed)
+
+    def ends(self) -> dict[int, int]:
+        """Each partition's end offset (one past its last message)."""
+        ends: dict[int, int] = {}
+        for partition, offset, _ in self.placed:
+            ends[partition] = max(ends.get(partition, 0), offset + 1)
+        return ends
+
+    def at_or_after(self, committed: dict[int, int]) -> Counter[str]:
+        """Per key, the messages at or after the committed offsets: all that a restarted application processes
+        again, and so all it could count if it started from an empty state."""
+        return Counter(key for partition, offset, key in self.placed if offset >= committed.get(partition, 0))
+
+
+class Committed:
+    """A group's committed offsets on a topic, read with a confluent-kafka consumer that never joins the group
+    (OffsetFetch)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self._topic = topic
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    def read(self) -> dict[int, int] | None:
+        """Partition → committed offset (0 for none); None while the server does not answer."""
+        try:
+            answer = self._consumer.committed([TopicPartition(self._topic, p) for p in range(PARTITIONS)], timeout=5)
+        except KafkaException:
+            return None
+        return {tp.partition: max(tp.offset, 0) for tp in answer}
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@dataclass
+class Output:
+    """The counts in the output topic: for each run, the highest count sent per key."""
+
+    highest: dict[str, dict[str, int]]  # run → key → count
+
+    def of(self, run: str) -> dict[str, int]:
+        return self.highest.get(run, {})
+
+    def overall(self) -> dict[str, int]:
+        best: dict[str, int] = {}
+        for counts in self.highest.values():
+            for key, count in counts.items():
+                best[key] = max(best.get(key, 0), count)
+        return best
+
+
+def read_output(bootstrap: str, topic: str) -> Output:
+    """Every record of the output topic, from each partition's start to its end now."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "frameworks-reader", "enable.auto.commit": False})
+    highest: dict[str, dict[str, int]] = defaultdict(dict)
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+        remaining = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in remaining])
+        deadline = time.monotonic() + 30
+        while remaining:
+            assert time.monotonic() < deadline, f"the output topic {topic} not read to its end {ends} in 30 s"
+            for message in consumer.consume(num_messages=500, timeout=0.5):
+                assert message.error() is None, message.error()
+                record = json.loads(message.value())
+                run, key, count = str(record["run"]), str(record["key"]), int(record["count"])
+                highest[run][key] = max(highest[run].get(key, 0), count)
+                if message.offset() + 1 >= ends[message.partition()]:
+                    remaining.discard(message.partition())
+    finally:
+        consumer.close()
+    return Output(dict(highest))
+
+
+class App:
+    """One framework application process per run (``quix`` or ``faust``), each with its own log."""
+
+    def __init__(self, framework: str, kafka: KafkaStandalone, group: str, topics: tuple[str, str], tmp: Path) -> None:
+        self.framework = framework
+        self.kafka = kafka
+        self.group = group
+        self.topics = topics
+        self.tmp = tmp
+        self.runs: list[ManagedProcess] = []
+
+    def start(self, run: str, *, delay_s: float) -> ManagedProcess:
+        """Run ``run`` of the application, with a state directory of its own (so that its state can only come from
+        the changelog topic)."""
+        script = HERE / f"{self.framework}_app.py"
+        argv = [sys.executable, str(script), self.kafka.bootstrap, self.group, *self.topics]
+        argv += [str(self.tmp / f"state-{run}"), str(delay_s), run]
+        if self.framework == "faust":
+            argv.append(str(PARTITIONS))
+        process = ManagedProcess(f"{self.framework}-{run}", argv, log_path=self.tmp / f"app-{run}.log", cwd=REPO)
+        process.start()
+        self.runs.append(process)
+        return process
+
+    def kill(self) -> None:
+        """SIGKILL to the running application, as a crash would."""
+        self.runs[-1].kill()
+
+    def stop_all(self) -> None:
+        for process in self.runs:
+            process.stop(timeout=20)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} ({p.log_path})\n{p.tail(40)}" for p in self.runs)
+
+
+def kafka_errors(kafka: KafkaStandalone) -> str:
+    """The Kafka requests the server answered with an error, from ``talos_kafka_requests_total`` on /metrics."""
+    try:
+        text = httpx.get(f"{kafka.url}/metrics", timeout=5).text
+    except httpx.HTTPError as exc:
+        return f"(no /metrics: {exc})"
+    lines = [line for line in text.splitlines() if line.startswith("talos_kafka_requests_total{")]
+    return "\n".join(line for line in lines if 'error="0"' not in line) or "(none)"
+
+
+def wait_for(
+    check: Callable[[], bool], *, timeout: float, what: str, app: App, kafka: KafkaStandalone, watch: bool = True
+) -> None:
+    """Until ``check()`` holds; fails at once if the application's current run exits (``watch``), or after
+    ``timeout``, with the application's logs and the server's Kafka errors."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        running = app.runs[-1]
+        failure = None
+        if watch and not running.alive():
+            failure = f"{running.name} exited while waiting for {what}"
+        elif time.monotonic() > deadline:
+            failure = f"timed out after {timeout:.0f} s waiting for {what}"
+        if failure is not None:
+            raise AssertionError(
+                f"{failure}\n{app.logs()}\n--- Kafka requests answered with an error\n{kafka_errors(kafka)}"
+            )
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def committed_offsets(bootstrap: str, group: str, topic: str) -> Iterator[Committed]:
+    reader = Committed(bootstrap, group, topic)
+    try:
+        yield reader
+    finally:
+        reader.close()

@@ -1,0 +1,51 @@
+"""A Quix Streams application, run as its own process by the tests (so that it can be killed with SIGKILL): a count
+per message key, kept in a RocksDB state store backed by its changelog topic (compacted, which Quix creates), each
+new count sent to the output topic as ``{"key": KEY, "count": N, "run": RUN}``.
+
+    python tests/frameworks/quix_app.py BOOTSTRAP GROUP INPUT OUTPUT STATE_DIR DELAY_S RUN
+
+``RUN`` names this run in every output record (``"run"``), so the test tells a restarted application's counts from
+its first run's. ``DELAY_S``: a sleep per message, so that a run over a topic takes a while (the test kills it
+midway). Processing is at least once (Quix's default): the consumed offsets are committed every half second, after
+the counts they produced are in the changelog and the output topic.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from quixstreams import Application, State
+
+
+def main() -> None:
+    bootstrap, group, input_name, output_name, state_dir, delay_s, run = sys.argv[1:8]
+    delay = float(delay_s)
+    app = Application(
+        broker_address=bootstrap,
+        consumer_group=group,
+        auto_offset_reset="earliest",
+        commit_interval=0.5,
+        state_dir=state_dir,
+        processing_guarantee="at-least-once",
+        loglevel="INFO",
+        # the group moves on within seconds of a member's kill -9 (the broker's minimum session timeout)
+        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+    )
+    source = app.topic(input_name, key_deserializer="str", value_deserializer="str")
+    sink = app.topic(output_name, key_serializer="str", value_serializer="json")
+
+    def count(_value: str, key: Any, _timestamp: int, _headers: Any, state: State) -> dict[str, Any]:
+        time.sleep(delay)
+        total = int(state.get("count", 0)) + 1
+        state.set("count", total)
+        return {"key": key, "count": total, "run": run}
+
+    app.dataframe(source).apply(count, stateful=True, metadata=True).to_topic(sink)
+    print(f"running {group}", flush=True)
+    app.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,8 @@
 - A partition's leader is its ring owner: every server's Metadata names the same one, among brokers that are
   every server's advertised Kafka address, and a Produce sent to any other server is answered
   NOT_LEADER_OR_FOLLOWER.
+- Admin requests reach the owner from any server: DeleteRecords sent to a server that does not own the partition
+  is forwarded to the one that does, and a config altered through one server is described by every other.
 """
 
 from __future__ import annotations
@@ -176,3 +178,47 @@ def test_metadata_names_the_ring_owner_everywhere_and_other_servers_refuse_produ
     # Only what the owners accepted was stored: one value per partition, written through its owner.
     stored = read_everything(cluster.any_alive().url, topic)
     assert stored == {p: [f"via-{owner}-{p}"] for p, owner in routes.items()}
+
+
+def test_delete_records_and_configs_from_any_server(cluster: Cluster) -> None:
+    topic = "kafka-admin"
+    with Admin(cluster.servers["s1"].url) as admin:
+        admin.create_topic(topic, partitions=PARTITIONS)
+    routes = cluster.routes(topic)
+    address = {s.server_id: str(s.kafka_address) for s in cluster.servers.values()}
+    for partition, owner in routes.items():
+        with KafkaWire(address[owner]) as wire:
+            assert wire.login(CLUSTER_TOKEN)["error_code"] == 0
+            assert wire.produce(topic, partition, [b"v"] * 5)["error_code"] == 0
+    # each partition's records below 1 + p % 4, asked of a server that does not own it: forwarded to the owner
+    for partition, owner in sorted(routes.items()):
+        via = next(sid for sid in sorted(address) if sid != owner)
+        with KafkaWire(address[via]) as wire:
+            assert wire.login(CLUSTER_TOKEN)["error_code"] == 0
+            body = {
+                "topics": [
+                    {"name": topic, "partitions": [{"partition_index": partition, "offset": 1 + partition % 4}]}
+                ],
+                "timeout_ms": 10000,
+            }
+            [part] = wire.call(21, 2, body)["topics"][0]["partitions"]
+            assert (part["error_code"], part["low_watermark"]) == (0, 1 + partition % 4), (partition, owner, via)
+    with Admin(cluster.any_alive().url) as admin:
+        earliest = {p.partition: p.earliest for p in admin.describe_topic(topic).partition_offsets}
+    assert earliest == {p: 1 + p % 4 for p in range(PARTITIONS)}
+    # a config altered through s2 is described by every server (once its catalog watch has the change)
+    with KafkaWire(address["s2"]) as wire:
+        assert wire.login(CLUSTER_TOKEN)["error_code"] == 0
+        configs = [{"name": "retention.ms", "config_operation": 0, "value": "3600000"}]
+        body = {"resources": [{"resource_type": 2, "resource_name": topic, "configs": configs}], "validate_only": False}
+        assert wire.call(44, 1, body)["responses"][0]["error_code"] == 0
+    for server_id, kafka_address in sorted(address.items()):
+        with KafkaWire(kafka_address) as wire:
+            assert wire.login(CLUSTER_TOKEN)["error_code"] == 0
+            resource = {"resource_type": 2, "resource_name": topic, "configuration_keys": ["retention.ms"]}
+
+            def described(wire: KafkaWire = wire, resource: dict[str, Any] = resource) -> bool:
+                [result] = wire.call(32, 4, {"resources": [resource]})["results"]
+                return bool(result["configs"]) and result["configs"][0]["value"] == "3600000"
+
+            wait_until(described, timeout=15, what=f"{server_id} describes the new retention.ms")

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 
 from server.kafka.protocol.errors import ErrorCode
 from server.topic_configs import KAFKA_SETTINGS, READ_ONLY
-from talos import Admin, OffsetOutOfRangeError
+from talos import Admin, AsyncAdmin, OffsetOutOfRangeError
 from talos.cli import main as talos_cli
 from tests.helpers import KafkaStandalone, running_kafka_standalone
 from tests.kafka_wire import KafkaWire
@@ -412,6 +412,12 @@ def test_delete_records_over_rest_the_sdk_and_the_cli(kafka: KafkaStandalone) ->
         assert talos.delete_records(topic, {1: 6, 2: -1}) == {1: 6, 2: 10}
         with pytest.raises(OffsetOutOfRangeError):
             talos.delete_records(topic, {0: 11})
+
+    async def twin() -> dict[int, int]:
+        async with AsyncAdmin(kafka.url) as talos:
+            return await talos.delete_records(topic, {1: 7})
+
+    assert asyncio.run(twin()) == {1: 7}
     result = CliRunner().invoke(talos_cli, ["topics", "delete-records", topic, "0=8", "--yes", "--url", kafka.url])
     assert result.exit_code == 0, result.output
     assert result.output == "partition 0\tearliest=8\n"

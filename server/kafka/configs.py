@@ -41,7 +41,7 @@ from server.topic_configs import (
 )
 from server.topics import TopicConfig
 
-__all__ = ["alter_configs", "describe_configs", "incremental_alter_configs"]
+__all__ = ["alter_configs", "describe_configs", "fixed_unchanged", "incremental_alter_configs"]
 
 TOPIC, BROKER = 2, 4  # ConfigResource.Type
 # ConfigSource
@@ -261,10 +261,10 @@ def _parsed(name: str, value: str | None) -> tuple[str, object]:
     return field, parsed
 
 
-def _fixed_unchanged(ctx: Context, name: str, value: str | None) -> bool:
-    """Whether ``name`` is a config no topic changes, given its one value (or deleted): nothing to do. A value it
-    cannot have raises INVALID_CONFIG, as does a config Talos does not know (:func:`parse_kafka`)."""
-    fixed = _fixed(ctx.broker.config)
+def fixed_unchanged(server: ServerConfig, name: str, value: str | None) -> bool:
+    """Whether ``name`` is a config no topic changes, given its one value (or deleted): nothing to do. Another
+    value raises INVALID_CONFIG; a config Talos does not know is for :func:`parse_kafka` to refuse."""
+    fixed = _fixed(server)
     if name not in fixed:
         return False
     if value is not None and value != fixed[name][0]:
@@ -285,7 +285,7 @@ def _replacement(ctx: Context, configs: list[dict[str, Any]]) -> dict[str, objec
     _names_once(configs)
     settings = {setting.field: _DEFAULTS[setting.field] for setting in KAFKA_SETTINGS}
     for config in configs:
-        if not _fixed_unchanged(ctx, config["name"], config["value"]):
+        if not fixed_unchanged(ctx.broker.config, config["name"], config["value"]):
             field, value = _parsed(config["name"], config["value"])
             settings[field] = value
     return settings
@@ -304,7 +304,7 @@ def _increments(ctx: Context, current: TopicConfig, configs: list[dict[str, Any]
         name, operation, value = config["name"], config["config_operation"], config["value"]
         if operation not in (SET, DELETE, APPEND, SUBTRACT):
             raise ApiError(400, "INVALID_REQUEST", f"config {name[:100]!r}: unknown operation {operation}")
-        if _fixed_unchanged(ctx, name, value if operation != DELETE else None):
+        if fixed_unchanged(ctx.broker.config, name, value if operation != DELETE else None):
             if operation in (APPEND, SUBTRACT):
                 raise ApiError(400, "INVALID_CONFIG", f"{name} is fixed on Talos")
             continue

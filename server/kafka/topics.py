@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from server.errors import ApiError
+from server.kafka.configs import fixed_unchanged
 from server.kafka.context import Context
 from server.kafka.failures import admin_error_code, error_code
 from server.kafka.nodes import leader_of, node_id, nodes
@@ -88,14 +89,15 @@ async def metadata(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _create_body(topic: dict[str, Any]) -> dict[str, Any]:
+def _create_body(ctx: Context, topic: dict[str, Any]) -> dict[str, Any]:
     partitions = topic.get("num_partitions", _DEFAULT_PARTITIONS)
     body: dict[str, Any] = {"name": topic["name"]}
     if partitions != _DEFAULT_PARTITIONS:
         body["partitions"] = partitions
     if topic.get("assignments"):
         raise ApiError(400, "INVALID_REQUEST", "replica assignments do not apply: the ring places partitions")
-    settings = dict(parse_kafka(config["name"], config["value"]) for config in topic.get("configs") or [])
+    configs = [c for c in topic.get("configs") or [] if not fixed_unchanged(ctx.broker.config, c["name"], c["value"])]
+    settings = dict(parse_kafka(config["name"], config["value"]) for config in configs)
     body["settings"] = {k: v for k, v in settings.items() if v is not None or k in _UNLIMITED}
     return body
 
@@ -105,7 +107,7 @@ async def create_topics(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     for topic in body.get("topics") or []:
         entry: dict[str, Any] = {"name": topic["name"], "error_code": 0, "error_message": None}
         try:
-            request = _create_body(topic)
+            request = _create_body(ctx, topic)
             who = ctx.session.principal
             if body.get("validate_only"):
                 partitions = validate_create(

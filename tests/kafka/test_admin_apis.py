@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ConfigSource,
     NewPartitions,
+    NewTopic,
     ResourceType,
 )
 
@@ -195,6 +196,18 @@ def test_kafka_python_and_aiokafka_describe_configs(kafka: KafkaStandalone) -> N
     values = asyncio.run(aio())
     assert values["cleanup.policy"] == "compact,delete"
     assert values["retention.ms"] == "-1"
+
+
+def test_create_topics_takes_fixed_configs_at_their_value(kafka: KafkaStandalone, admin: AdminClient) -> None:
+    fine, wrong = f"c-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    config = {"cleanup.policy": "compact", "min.insync.replicas": "1", "compression.type": "producer"}
+    futures = admin.create_topics(
+        [NewTopic(fine, 1, 1, config=config), NewTopic(wrong, 1, 1, config={"min.insync.replicas": "2"})],
+        request_timeout=15,
+    )
+    futures[fine].result(timeout=30)
+    assert _error_code(futures[wrong]) == ErrorCode.INVALID_CONFIG
+    assert _configs(admin, fine)["cleanup.policy"].value == "compact"
 
 
 # ---------------------------------------------------------------- AlterConfigs, IncrementalAlterConfigs

@@ -328,10 +328,18 @@ class GroupCoordinator:
             state.offsets.update(targets)
             return {"group": name, "offsets": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in targets.items()]}
 
+    async def _check_listed(self, name: str) -> None:
+        """404 unless the group was used (joined or committed to: listed), whether or not its state is loaded here
+        (a lookup may load a group nobody used)."""
+        validate_group_name(name)
+        if name not in self._registered and name not in await self.list():
+            raise ApiError(404, "UNKNOWN_GROUP", f"group {name!r} does not exist")
+
     async def delete(self, name: str) -> None:
         """Forget the group (Kafka's DeleteGroups): its committed offsets, and its name from the listing. 409
         ``GROUP_NOT_EMPTY`` while it has members; 404 for a group that does not exist. Its owner tenant keeps the
         name (the security document's claim), as a deleted tenant's groups stay claimed."""
+        await self._check_listed(name)
         async with self._group(name, create=False) as state:
             state.expire(time.monotonic())
             if state.members:
@@ -356,6 +364,7 @@ class GroupCoordinator:
     async def delete_offsets(self, name: str, partitions: list[TopicPartition]) -> set[str]:
         """Forget the group's committed offsets of ``partitions`` (every instance's), but those of topics an active
         member consumes (Kafka's OffsetDelete): those topics are the answer. 404 for a group that does not exist."""
+        await self._check_listed(name)
         wanted = set(partitions)
         async with self._group(name, create=False) as state:
             state.expire(time.monotonic())

@@ -28,6 +28,7 @@ from server.groups.offsets import (
     commit_record,
     fold,
     group_record,
+    kafka_record,
     offsets_partition,
     snapshot_record,
 )
@@ -130,6 +131,7 @@ class GroupCoordinator:
             mode=recovered.mode if active else None,
             offsets=recovered.offsets,
             grace_until=now + recovered.session_s + _GRACE_MARGIN_S if active else 0.0,
+            kafka=recovered.kafka,
         )
         log.info(
             "group %s: coordinating (generation %d, %d committed offsets, %s)",
@@ -266,6 +268,19 @@ class GroupCoordinator:
         self._registered.add(name)
         self._registering.pop(name, None)
 
+    async def kafka_membership(self, name: str) -> dict[str, object] | None:
+        """The group's Kafka members as last recorded (None: none recorded), for a listener that coordinates the
+        group and has no members of it in memory (it restarted, or the ring moved the group here). 404 for a group
+        never used (nothing is loaded or made for it)."""
+        async with self._group(name, create=False) as state:
+            return state.kafka
+
+    async def record_kafka_membership(self, name: str, membership: dict[str, object]) -> None:
+        """Record the group's Kafka members (a rebalance completed, or the last member left), durably."""
+        async with self._group(name) as state:
+            await self._append(name, kafka_record(name, membership))
+            state.kafka = membership
+
     async def heartbeat(self, name: str, member_id: str, owned: list[TopicPartition]) -> dict[str, object]:
         async with self._group(name) as state:
             member = state.heartbeat(time.monotonic(), member_id, owned, self._partitions(state.topics()))
@@ -347,6 +362,7 @@ class GroupCoordinator:
                     409, "GROUP_NOT_EMPTY", f"group {name!r} has {len(state.members)} active member(s)", retriable=True
                 )
             state.offsets.clear()
+            state.kafka = None
             await self._append(name, snapshot_record(state))  # a new coordinator folds it back to no offsets
             try:
                 await asyncio.wait_for(self._broker.io(self._catalog.unregister, name), _CATALOG_WAIT_S)

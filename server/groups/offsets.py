@@ -4,7 +4,9 @@ Every record's key is the group's name; its value is JSON of one of three kinds:
 
 - ``commit``: offsets a member (or ``reset-offsets``) committed,
 - ``group``: the generation, mode, largest session timeout and member count after a membership change,
-- ``snapshot``: all of the above at once.
+- ``snapshot``: all of the above at once;
+- ``kafka``: the Kafka members of the group after a rebalance completed or the last one left (ids, generation,
+  protocol, assignments), kept across snapshots until the next ``kafka`` record.
 
 A group's state is the fold of its records in offset order: a snapshot replaces everything, a commit
 updates offsets, a group record the rest. The topic is compacted by snapshots: a coordinator writes one
@@ -31,6 +33,7 @@ __all__ = [
     "commit_record",
     "fold",
     "group_record",
+    "kafka_record",
     "offsets_partition",
     "snapshot_record",
 ]
@@ -69,7 +72,12 @@ def group_record(state: GroupState) -> RecordData:
 
 
 def snapshot_record(state: GroupState) -> RecordData:
-    return _record(state.name, {"type": "snapshot", **_meta(state), "offsets": _offsets_json(state.offsets.items())})
+    doc = {"type": "snapshot", **_meta(state), "offsets": _offsets_json(state.offsets.items()), "kafka": state.kafka}
+    return _record(state.name, doc)
+
+
+def kafka_record(group: str, membership: dict[str, object]) -> RecordData:
+    return _record(group, {"type": "kafka", "kafka": membership})
 
 
 @dataclass
@@ -79,6 +87,7 @@ class Recovered:
     session_s: float = 0.0
     members: int = 0
     offsets: dict[OffsetKey, int] = field(default_factory=dict)
+    kafka: dict[str, object] | None = None
 
 
 def fold(group: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> Recovered:
@@ -93,7 +102,10 @@ def fold(group: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> Re
             doc = orjson.loads(value)
             kind = doc.get("type")
             if kind == "snapshot":
-                state = Recovered()
+                # (snapshots written before they carried Kafka members leave the last ones recorded)
+                state = Recovered(kafka=doc.get("kafka", state.kafka))
+            if kind == "kafka" and isinstance(doc.get("kafka"), dict):
+                state.kafka = doc["kafka"]
             if kind in ("snapshot", "group"):
                 state.generation = int(doc["generation"])
                 state.mode = doc.get("mode")

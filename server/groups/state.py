@@ -75,12 +75,16 @@ class GroupState:
         mode: str | None = None,
         offsets: Mapping[OffsetKey, int] | None = None,
         grace_until: float = 0.0,
+        kafka: dict[str, object] | None = None,
     ) -> None:
         self.name = name
         self.generation = generation
         self.mode = mode
         self.offsets: dict[OffsetKey, int] = dict(offsets or {})
         self.grace_until = grace_until
+        # The group's Kafka members as last recorded (``server.kafka.group_state``), opaque here: a coordinator
+        # that takes the group over restores them, as Kafka's does from its group metadata.
+        self.kafka = kafka
         self.members: dict[str, Member] = {}
         self.locks: dict[TopicPartition, Lock] = {}
         self.target: dict[TopicPartition, str] = {}

@@ -7,16 +7,21 @@ SyncGroup, which hands each member its part. Heartbeats keep a member and tell i
 that stops (kill -9) is dropped when its session times out and the others rebalance.
 
 The membership lives in memory at the group's coordinator (the ring owner of ``__group:<name>``, as for
-Talos groups); committed offsets go to ``__consumer_offsets`` through the Talos group coordinator. A new
-coordinator starts with no members: their next call is answered ``UNKNOWN_MEMBER_ID`` or
-``NOT_COORDINATOR``, and they rejoin, which Kafka clients do on their own. A commit carries the member's
-generation, and only the current generation's members may commit: a member that was paused past its
-session cannot overwrite what the partition's new holder committed.
+Talos groups), and is recorded, as Kafka records its group metadata, in ``__consumer_offsets`` through the
+Talos group coordinator each time a rebalance completes and when the last member leaves
+(:meth:`KafkaGroup.membership`, :attr:`KafkaGroup.changed`). A coordinator that restarted, or that the ring
+gave the group, restores those members (:meth:`KafkaGroup.restored`), each with a fresh session: a member that
+comes back heartbeats and commits with its id and generation as before (Quix Streams treats a refused commit
+as fatal), one that does not is dropped when its session runs out and the others rebalance. A commit carries
+the member's generation, and only the current generation's members may commit: a member that was paused past
+its session cannot overwrite what the partition's new holder committed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import uuid
 from dataclasses import dataclass, field
 
@@ -69,6 +74,64 @@ class KafkaGroup:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
+    changed: bool = False  # a rebalance completed, or the last member left, since the membership was recorded
+
+    # ---------------------------------------------------------------- recorded membership
+
+    def membership(self) -> dict[str, object]:
+        """What a coordinator that takes the group over restores (JSON)."""
+        return {
+            "generation": self.generation,
+            "protocol_type": self.protocol_type,
+            "protocol": self.protocol,
+            "leader": self.leader,
+            "members": [
+                {
+                    "id": m.member_id,
+                    "instance": m.instance_id,
+                    "client_id": m.client_id,
+                    "host": m.client_host,
+                    "session_s": m.session_s,
+                    "rebalance_s": m.rebalance_s,
+                    "protocols": [[name, base64.b64encode(data).decode()] for name, data in m.protocols],
+                    "assignment": base64.b64encode(m.assignment).decode(),
+                }
+                for m in (self.members.values() if self.state == STABLE else ())
+            ],
+        }
+
+    @classmethod
+    def restored(cls, name: str, doc: object, now: float) -> KafkaGroup:
+        """The group as :meth:`membership` recorded it, its members' sessions starting ``now``; an empty group
+        (at the recorded generation) when there were none or the record cannot be read."""
+        group = cls(name)
+        if not isinstance(doc, dict):
+            return group
+        try:
+            group.generation = int(doc["generation"])
+            members = {
+                str(m["id"]): Member(
+                    str(m["id"]),
+                    None if m.get("instance") is None else str(m["instance"]),
+                    str(m.get("client_id", "")),
+                    str(m.get("host", "")),
+                    float(m["session_s"]),
+                    float(m["rebalance_s"]),
+                    [(str(p), base64.b64decode(d)) for p, d in m["protocols"]],
+                    now,
+                    base64.b64decode(m.get("assignment", "")),
+                )
+                for m in doc.get("members") or []
+            }
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            return cls(name)
+        if members:
+            group.members = members
+            group.state = STABLE
+            group.protocol_type = doc.get("protocol_type")
+            group.protocol = doc.get("protocol")
+            group.leader = doc.get("leader") if doc.get("leader") in members else next(iter(members))
+        return group
 
     # ---------------------------------------------------------------- join and sync
 
@@ -136,6 +199,7 @@ class KafkaGroup:
         if not self.members:
             self.state, self.leader, self.protocol = EMPTY, None, None
             self.generation += 1
+            self.changed = True
             return
         self.generation += 1
         if self.leader not in self.members:
@@ -188,6 +252,7 @@ class KafkaGroup:
                 for each in self.members.values():
                     each.assignment = assignments.get(each.member_id, b"")
                 self.state = STABLE
+                self.changed = True
                 for each in self.members.values():
                     waiting, each.syncing = each.syncing, None
                     if waiting is not None and not waiting.done():
@@ -238,6 +303,7 @@ class KafkaGroup:
         if not self.members:
             self.state, self.leader, self.protocol = EMPTY, None, None
             self.generation += 1
+            self.changed = True
             return
         self._prepare(now)
         self._try_complete(now)
@@ -274,10 +340,24 @@ class Memberships:
             group = self.groups[name] = KafkaGroup(name)
         return group
 
+    def restore(self, name: str, recorded: object, now: float) -> KafkaGroup:
+        """The group, restored from its recorded membership unless another call restored or made it meanwhile."""
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = KafkaGroup.restored(name, recorded, now)
+        return group
+
+    def changed(self) -> list[KafkaGroup]:
+        """Groups whose membership is to be recorded (each taken once)."""
+        out = [group for group in self.groups.values() if group.changed]
+        for group in out:
+            group.changed = False
+        return out
+
     def tick(self, now: float) -> None:
         for name, group in list(self.groups.items()):
             group.expire(now)
-            if group.state == EMPTY and not group.members:
+            if group.state == EMPTY and not group.members and not group.changed:
                 del self.groups[name]
 
     def forget(self, keep: set[str]) -> None:

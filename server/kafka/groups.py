@@ -15,11 +15,12 @@ members consume now.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from server.errors import ApiError
-from server.groups.coordinator import validate_group_name
+from server.groups.coordinator import GroupCoordinator, validate_group_name
 from server.kafka.context import Context
 from server.kafka.failures import error_code
 from server.kafka.group_state import KafkaGroup
@@ -41,6 +42,8 @@ __all__ = [
     "offset_fetch",
     "sync_group",
 ]
+
+log = logging.getLogger("talos.kafka")
 
 _GROUP_KEY = 0
 
@@ -92,7 +95,29 @@ async def _group(ctx: Context, name: str, *, claim: bool = True) -> KafkaGroup |
         await may_use_group(ctx.broker.security, ctx.session.principal, name, "tenant" if claim else "never")
     except ApiError:
         return ErrorCode.GROUP_AUTHORIZATION_FAILED
-    return ctx.memberships.group(name)
+    group = ctx.memberships.groups.get(name)
+    if group is not None:
+        return group
+    try:  # none in memory here: the members recorded before this server restarted, or before the ring moved it
+        recorded = await ctx.coordinator.kafka_membership(name)
+    except ApiError as exc:
+        if exc.status != 404:  # 404: a group never used
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if exc.retriable else error_code(exc)
+        recorded = None
+    return ctx.memberships.restore(name, recorded, time.monotonic())
+
+
+async def record_memberships(ctx: Context) -> None:
+    """Record the Kafka groups whose rebalance completed or whose last member left (``KafkaGroup.changed``)."""
+    for group in ctx.memberships.changed():
+        await record_membership(ctx.coordinator, group)
+
+
+async def record_membership(coordinator: GroupCoordinator, group: KafkaGroup) -> None:
+    try:
+        await coordinator.record_kafka_membership(group.name, group.membership())
+    except ApiError as exc:  # a restart then finds older members, who rejoin: as before it was recorded
+        log.warning("group %s: its Kafka members were not recorded: %s", group.name, exc)
 
 
 async def join_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +170,7 @@ async def sync_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": group, "assignment": b""}
     assignments = {a["member_id"]: bytes(a["assignment"] or b"") for a in body.get("assignments") or []}
     code, assignment = await group.sync(time.monotonic(), body["member_id"], body["generation_id"], assignments)
+    await record_memberships(ctx)  # before the leader hears its assignment went out, as Kafka's coordinator does
     return {
         "throttle_time_ms": 0,
         "error_code": code,
@@ -171,6 +197,7 @@ async def leave_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": group, "members": []}
     now = time.monotonic()
     answers = [{**m, "error_code": group.leave(now, m["member_id"])} for m in members]
+    await record_memberships(ctx)
     top = answers[0]["error_code"] if ctx.header.api_version < 3 else ErrorCode.NONE
     return {"throttle_time_ms": 0, "error_code": top, "members": answers}
 

@@ -96,6 +96,7 @@ class KafkaListener:
         self._broker = broker
         self._coordinator = coordinator
         self.memberships = Memberships()
+        self._recording: set[asyncio.Future[None]] = set()  # memberships being recorded after an expiry
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._connections: dict[asyncio.Task[Any], _Connection] = {}
@@ -126,6 +127,9 @@ class KafkaListener:
                 self.memberships.tick(time.monotonic())
                 local = {name for name in self.memberships.groups if self._coordinator.owner(name).local}
                 self.memberships.forget(local)
+                for group in self.memberships.changed():  # members expired: the group rebalances or empties
+                    self._recording.add(asyncio.ensure_future(groups.record_membership(self._coordinator, group)))
+                    self._recording = {task for task in self._recording if not task.done()}
             except ApiError:  # no server in the ring yet: nothing moves
                 pass
             except Exception:

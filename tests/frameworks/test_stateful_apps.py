@@ -116,17 +116,10 @@ def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
     assert not_restored == {}, "the second run's highest count, the messages it processed, the key's messages"
 
 
-# Kafka keeps a group's members and generation in __consumer_offsets and loads them back when a coordinator
-# starts; Talos keeps them in memory (docs/kafka.md), so after the crash the member is unknown: librdkafka's commit
-# gets UNKNOWN_MEMBER_ID (25) and Quix stops on it (CheckpointConsumerCommitError). aiokafka rejoins instead.
-QUIX_LOSES_ITS_MEMBERSHIP = pytest.mark.xfail(
-    reason="issue 37: group membership does not survive a server restart (OffsetCommit v8 -> UNKNOWN_MEMBER_ID)",
-    strict=False,
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", [pytest.param("quix", marks=QUIX_LOSES_ITS_MEMBERSHIP), "faust"])
+# Quix stops on a refused commit (CheckpointConsumerCommitError): it needs its group membership to outlive the
+# server's restart, as Kafka keeps it in its group metadata (server.kafka.group_state records it).
+@pytest.mark.parametrize("framework", ["quix", "faust"])
 def test_a_server_killed_midway_loses_no_count_and_the_changelog_restores(
     framework: str, kafka: KafkaStandalone, tmp_path: Path
 ) -> None:

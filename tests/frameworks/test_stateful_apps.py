@@ -16,6 +16,7 @@ The applications are ``quix_app.py`` and ``faust_app.py`` beside this file, run 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,37 @@ def short_counts(counts: dict[str, int], expected: dict[str, int]) -> dict[str, 
     return {key: (counts.get(key, 0), n) for key, n in expected.items() if counts.get(key, 0) < n}
 
 
+# A run that commits nothing for this long while alive is stopped and started again, as a supervisor would.
+# Faust 0.15's worker stalls now and then after the restart that follows a kill -9 (in about one run in four
+# here): "Worker ready", then no more processing, while every Kafka request it sends is answered without error
+# and every input partition is fetched to its end (checked with the server's request log). Quix never needed it.
+STALL_S = 20.0
+
+
+def run_to_the_end(app: App, committed: Committed, workload: Workload, kafka: KafkaStandalone) -> list[str]:
+    """Wait for the whole input to be committed, restarting a stalled run at most twice; the restarts' names."""
+    restarts: list[str] = []
+    while True:
+        last, since = progress(committed), time.monotonic()
+
+        def done_or_stalled() -> bool:
+            nonlocal last, since
+            if finished(committed, workload):
+                return True
+            now = progress(committed)
+            if now != last:
+                last, since = now, time.monotonic()
+            return time.monotonic() - since > STALL_S
+
+        wait_for(done_or_stalled, timeout=90, what="the run to commit the whole input", app=app, kafka=kafka)
+        if finished(committed, workload):
+            return restarts
+        assert app.framework == "faust" and len(restarts) < 2, f"{app.runs[-1].name} stalled:\n{app.logs()}"
+        app.runs[-1].stop(timeout=20)
+        restarts.append(f"restart{len(restarts) + 1}")
+        app.start(restarts[-1], delay_s=0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
@@ -97,20 +129,17 @@ def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
             carried = [key for key in KEYS if 0 < again[key] < PER_KEY]
             assert carried, f"no key has messages both before and after the committed offsets {at_kill}"
             app.start("second", delay_s=0)
-            wait_for(
-                lambda: finished(committed, workload),
-                timeout=90,
-                what="the second run to commit the whole input",
-                app=app,
-                kafka=kafka,
-            )
+            restarts = run_to_the_end(app, committed, workload, kafka)
         finally:
             app.stop_all()
     output = read_output(kafka.bootstrap, sink)
     true = workload.true_counts()
     assert short_counts(output.overall(), true) == {}, "counted fewer times than the key has messages"
-    # From an empty state the second run would reach again[key] at most, fewer than the key's messages.
-    second = output.of("second")
+    # From an empty state a run after the kill would reach again[key] at most, fewer than the key's messages.
+    second: dict[str, int] = {}
+    for run in ("second", *restarts):
+        for key, count in output.of(run).items():
+            second[key] = max(second.get(key, 0), count)
     not_restored = {key: (second.get(key, 0), again[key], true[key]) for key in carried}
     not_restored = {key: seen for key, seen in not_restored.items() if seen[0] < seen[2]}
     assert not_restored == {}, "the second run's highest count, the messages it processed, the key's messages"

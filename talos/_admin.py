@@ -153,6 +153,10 @@ def _delete_records(topic: str, offsets: Mapping[int, int]) -> _Call[dict[int, i
     return _Call("POST", f"{_topic_path(topic)}/delete-records", read, orjson.dumps(body))
 
 
+def _compact(topic: str, partition: int) -> _Call[dict[str, Any]]:
+    return _Call("POST", f"{_topic_path(topic)}/partitions/{partition}/compact", _json, b"{}")
+
+
 def offsets_call(topic: str, partition: int, timestamp: int | None = None) -> _Call[dict[str, int]]:
     params: dict[str, str | int] | None = {"timestamp": timestamp} if timestamp is not None else None
     return _Call("GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", _json, params=params)
@@ -367,6 +371,12 @@ class _Admin(ClientBase[AnyTransport]):
         Kafka's DeleteRecords; durable when this returns. Each partition's new earliest offset (its low
         watermark). Past a partition's latest offset raises :class:`OffsetOutOfRangeError`."""
         return self._send(_delete_records(topic, offsets))
+
+    @operation
+    def compact(self, topic: str, partition: int) -> Steps[dict[str, Any]]:
+        """Compact a partition of a compacted topic now, whatever its dirty ratio (docs/compaction.md); what the
+        pass did: ``{"compacted", "cleaned_to", "records_removed", "bytes_read", "bytes_written", ...}``."""
+        return self._send(_compact(topic, partition))
 
     @operation
     def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> Steps[dict[str, int]]:

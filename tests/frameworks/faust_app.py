@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 import faust
@@ -31,8 +32,8 @@ def main() -> None:
         topic_partitions=int(partitions),
         processing_guarantee="at_least_once",
         broker_commit_interval=0.5,
-        # the group moves on within seconds of a member's kill -9 (the broker's minimum session timeout)
-        broker_session_timeout=6.0,
+        # the group moves on within seconds of a member's kill -9; the test that restarts the server asks for more
+        broker_session_timeout=int(os.environ.get("FRAMEWORK_SESSION_TIMEOUT_MS", "6000")) / 1000,
         broker_heartbeat_interval=0.5,
         consumer_auto_offset_reset="earliest",
     )

@@ -12,11 +12,14 @@ the counts they produced are in the changelog and the output topic.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
 
 from quixstreams import Application, State
+
+SESSION_MS = int(os.environ.get("FRAMEWORK_SESSION_TIMEOUT_MS", "6000"))
 
 
 def main() -> None:
@@ -30,8 +33,8 @@ def main() -> None:
         state_dir=state_dir,
         processing_guarantee="at-least-once",
         loglevel="INFO",
-        # the group moves on within seconds of a member's kill -9 (the broker's minimum session timeout)
-        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+        # the group moves on within seconds of a member's kill -9; the test that restarts the server asks for more
+        consumer_extra_config={"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500},
     )
     source = app.topic(input_name, key_deserializer="str", value_deserializer="str")
     sink = app.topic(output_name, key_serializer="str", value_serializer="json")

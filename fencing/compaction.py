@@ -35,7 +35,14 @@ from typing import Protocol
 from fencing.errors import LogCorruptError, LogError
 from fencing.filesystem import FileSystem, WritableFile
 from fencing.key_index import KeyIndex
-from fencing.log import PartitionLog, SealedSegment, create_cleaning, discard_cleaning
+from fencing.log import (
+    PartitionLog,
+    SealedSegment,
+    create_cleaning,
+    discard_cleaning,
+    discard_path,
+    read_sealed,
+)
 from fencing.segments import SegmentName
 from talos import HEADER_SIZE, BatchError, BatchHeader, Record, RecordData, decode_records, encode_batch, read_header
 
@@ -139,7 +146,7 @@ class StoredSegments:
     epoch: int
 
     def read_sealed(self, segment: SealedSegment, position: int, size: int) -> bytes:
-        return self.fs.read(segment.path, position, max(min(size, segment.length - position), 0))
+        return read_sealed(self.fs, segment, position, size)
 
     def create_cleaning(self, base: int, end: int) -> WritableFile:
         return create_cleaning(self.fs, self.directory, self.epoch, base, end)
@@ -148,8 +155,7 @@ class StoredSegments:
         discard_cleaning(self.fs, writer)
 
     def discard_path(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.delete(path)
+        discard_path(self.fs, path)
 
 
 @dataclass(frozen=True, slots=True)

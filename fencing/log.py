@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import logging
 import posixpath
 import threading
@@ -75,6 +74,8 @@ __all__ = [
     "SealedSegment",
     "create_cleaning",
     "discard_cleaning",
+    "discard_path",
+    "read_sealed",
     "scan_valid_prefix",
 ]
 
@@ -189,6 +190,17 @@ def create_cleaning(fs: FileSystem, directory: str, epoch: int, base: int, end: 
             discard_cleaning(fs, writer)
         raise FencedError(f"{directory}: a newer epoch exists; compaction stopped")
     return writer
+
+
+def read_sealed(fs: FileSystem, segment: SealedSegment, position: int, size: int) -> bytes:
+    """Bytes of a sealed segment (a compaction reads them), never past its sealed length."""
+    return fs.read(segment.path, position, max(min(size, segment.length - position), 0))
+
+
+def discard_path(fs: FileSystem, path: str) -> None:
+    """Delete a compaction's output file, if it is there."""
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete(path)
 
 
 def discard_cleaning(fs: FileSystem, writer: WritableFile) -> None:
@@ -704,9 +716,6 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ retention
 
-    def set_retention(self, *, retention_ms: int | None, retention_bytes: int | None) -> None:
-        self._config = dataclasses.replace(self._config, retention_ms=retention_ms, retention_bytes=retention_bytes)
-
     def reconfigure(self, config: LogConfig) -> None:
         """Retention and segment limits from now on (a topic's settings changed)."""
         self._config = config
@@ -845,12 +854,10 @@ class PartitionLog:
         return create_cleaning(self._fs, self._dir, self._epoch, base, end)
 
     def discard_path(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._fs.delete(path)
+        discard_path(self._fs, path)
 
     def read_sealed(self, segment: SealedSegment, position: int, size: int) -> bytes:
-        """Bytes of a sealed segment (a compaction reads them), never past its sealed length."""
-        return self._fs.read(segment.path, position, max(min(size, segment.length - position), 0))
+        return read_sealed(self._fs, segment, position, size)
 
     def discard_cleaning(self, writer: WritableFile) -> None:
         discard_cleaning(self._fs, writer)

@@ -16,7 +16,9 @@ The applications are ``quix_app.py`` and ``faust_app.py`` beside this file, run 
 
 from __future__ import annotations
 
+import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,15 +36,7 @@ from tests.frameworks.harness import (
 )
 from tests.helpers import KafkaStandalone, running_kafka_standalone
 
-# Faust 0.15 (aiokafka) against Talos: in about one run in four, and more on a loaded machine, a worker started
-# after a kill -9 logs "Worker ready" and processes nothing more, while the server answers every Kafka request it
-# reads without error and serves every input partition to its end (checked with the request log); it goes on
-# committing offsets for a while after its last produce, so its counts can come out short. Not understood yet:
-# known, not hidden (issue 37 stays open on it). Passes most runs; a stall is reported as xfail, not a failure.
-FAUST_STALLS = pytest.mark.xfail(
-    reason="Faust 0.15's worker stalls after a restart in some runs (issue 37, open)", strict=False
-)
-FRAMEWORKS = ["quix", pytest.param("faust", marks=FAUST_STALLS)]
+FRAMEWORKS = ["quix", "faust"]
 KEYS = [f"key-{n}" for n in range(12)]
 PER_KEY = 40
 DELAY_S = 0.02  # a run's processing time per message: 480 messages take about 10 s
@@ -79,10 +73,15 @@ def short_counts(counts: dict[str, int], expected: dict[str, int]) -> dict[str, 
 
 
 # A run that commits nothing for this long while alive is stopped and started again, as a supervisor would.
-# Faust 0.15's worker stalls now and then after the restart that follows a kill -9 (in about one run in four
-# here): "Worker ready", then no more processing, while every Kafka request it sends is answered without error
-# and every input partition is fetched to its end (checked with the server's request log). Quix never needed it.
+# Faust 0.15 stops committing for good when a record is lost in its recovery (faust-streaming issue 596, see
+# App.dropped_by_faust): the record's offset stays a gap its commits wait for. Quix never needed it.
+# A restarted run first waits for the group to drop the killed member, up to its session timeout.
 STALL_S = 20.0
+
+
+def session_s() -> float:
+    """The applications' group session timeout (``FRAMEWORK_SESSION_TIMEOUT_MS``, as they read it)."""
+    return int(os.environ.get("FRAMEWORK_SESSION_TIMEOUT_MS", "6000")) / 1000
 
 
 def run_to_the_end(app: App, committed: Committed, workload: Workload, kafka: KafkaStandalone) -> list[str]:
@@ -98,15 +97,31 @@ def run_to_the_end(app: App, committed: Committed, workload: Workload, kafka: Ka
             now = progress(committed)
             if now != last:
                 last, since = now, time.monotonic()
-            return time.monotonic() - since > STALL_S
+            return time.monotonic() - since > STALL_S + (session_s() if restarts else 0)
 
         wait_for(done_or_stalled, timeout=90, what="the run to commit the whole input", app=app, kafka=kafka)
         if finished(committed, workload):
             return restarts
         assert app.framework == "faust" and len(restarts) < 2, f"{app.runs[-1].name} stalled:\n{app.logs()}"
         app.kill()  # as a liveness probe's supervisor would: no graceful stop (it could commit what it never did)
-        restarts.append(f"restart{len(restarts) + 1}")
+        restarts.append(f"restart{len(app.runs)}")
         app.start(restarts[-1], delay_s=0)
+
+
+def assert_counted(counts: dict[str, int], expected: dict[str, int], app: App, workload: Workload, what: str) -> None:
+    """Every key counted at least ``expected[key]`` times; a shortfall fails the test unless records Faust itself
+    dropped after the server delivered them account for all of it: that is an expected failure, Faust's bug
+    (faust-streaming issue 596), not the server's."""
+    short = short_counts(counts, expected)
+    if not short:
+        return
+    dropped = app.dropped_by_faust()
+    per_key = Counter(key for partition, offset, key in workload.placed if (partition, offset) in dropped)
+    unexplained = {key: seen for key, seen in short.items() if seen[1] - seen[0] > per_key[key]}
+    assert unexplained == {}, f"{what}: (count, messages) per key, not accounted for by records Faust dropped"
+    pytest.xfail(
+        f"{what} by the records Faust was handed and dropped, {sorted(dropped)} (faust-streaming issue 596): {short}"
+    )
 
 
 @pytest.mark.slow
@@ -142,15 +157,17 @@ def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
             app.stop_all()
     output = read_output(kafka.bootstrap, sink)
     true = workload.true_counts()
-    assert short_counts(output.overall(), true) == {}, "counted fewer times than the key has messages"
+    assert_counted(output.overall(), true, app, workload, "counted fewer times than the key has messages")
     # From an empty state a run after the kill would reach again[key] at most, fewer than the key's messages.
-    second: dict[str, int] = {}
-    for run in ("second", *restarts):
-        for key, count in output.of(run).items():
-            second[key] = max(second.get(key, 0), count)
-    not_restored = {key: (second.get(key, 0), again[key], true[key]) for key in carried}
-    not_restored = {key: seen for key, seen in not_restored.items() if seen[0] < seen[2]}
-    assert not_restored == {}, "the second run's highest count, the messages it processed, the key's messages"
+    second = output.highest_of(["second", *restarts])
+    assert all(again[key] < true[key] for key in carried)
+    assert_counted(
+        {key: second.get(key, 0) for key in carried},
+        {key: true[key] for key in carried},
+        app,
+        workload,
+        "the second run did not count on from the first's counts",
+    )
 
 
 @pytest.mark.slow
@@ -180,27 +197,16 @@ def test_a_server_killed_midway_loses_no_count_and_the_changelog_restores(
             )
             kafka.server.kill()
             kafka.server.start()  # same ports, same data directory
-            wait_for(
-                lambda: finished(committed, workload),
-                timeout=90,
-                what="the first run to commit the whole input across the server's crash",
-                app=app,
-                kafka=kafka,
-            )
+            run_to_the_end(app, committed, workload, kafka)  # across the server's crash
             app.runs[-1].stop(timeout=20)
             workload.produce(kafka.bootstrap, source, KEYS * EXTRA_PER_KEY)
             app.start("second", delay_s=0)
-            wait_for(
-                lambda: finished(committed, workload),
-                timeout=90,
-                what="the second run to commit the messages produced after the crash",
-                app=app,
-                kafka=kafka,
-            )
+            restarts = run_to_the_end(app, committed, workload, kafka)  # the messages produced after the crash
         finally:
             app.stop_all()
     output = read_output(kafka.bootstrap, sink)
     true = workload.true_counts()
-    assert short_counts(output.overall(), true) == {}, "counted fewer times than the key has messages"
+    assert_counted(output.overall(), true, app, workload, "counted fewer times than the key has messages")
     # From an empty state the second run would count EXTRA_PER_KEY per key: it counts on from the changelog.
-    assert short_counts(output.of("second"), true) == {}, "the second run's counts did not continue the first's"
+    second = output.highest_of(["second", *restarts])
+    assert_counted(second, true, app, workload, "the second run's counts did not continue the first's")

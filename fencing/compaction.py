@@ -44,7 +44,8 @@ from fencing.log import (
     read_sealed,
 )
 from fencing.segments import SegmentName
-from talos import HEADER_SIZE, BatchError, BatchHeader, Record, RecordData, decode_records, encode_batch, read_header
+from talos import HEADER_SIZE, BatchError, BatchHeader, Record, decode_records, read_header
+from talos._codec import rebatch
 
 __all__ = [
     "CompactionReport",
@@ -371,18 +372,6 @@ def _kept_runs(records: list[Record], keep: list[bool]) -> Iterator[list[Record]
         yield run
 
 
-def _rebatch(header: BatchHeader, run: list[Record]) -> bytes:
-    first = run[0].offset - header.base_offset
-    return encode_batch(
-        [RecordData(r.value, r.key, r.headers, r.timestamp) for r in run],
-        base_offset=run[0].offset,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence + first if header.base_sequence >= 0 else -1,
-        compression=header.flags,
-    )
-
-
 def _rewrite(
     plog: SegmentSource,
     group: list[SealedSegment],
@@ -446,7 +435,7 @@ def _rewrite(
                     write(batch)
                     continue
                 for run in _kept_runs(records, keep):
-                    write(_rebatch(header, run))
+                    write(rebatch(header, run))
         flush()
         writer.sync()
         writer.close()

@@ -243,7 +243,10 @@ class ConnectOffsetsIndex:
                     continue
                 data = fetched.body
                 before = cache.next_offset
-                for position, _header in iter_batches(data, verify=True):
+                for position, header in iter_batches(data, verify=True):
+                    if header.control:  # a transaction's marker: no saved offset
+                        cache.next_offset = max(cache.next_offset, header.next_offset)
+                        continue
                     for record in decode_records(data, position, verify=False):
                         if record.offset >= cache.next_offset:  # a save may have been folded in meanwhile
                             apply(cache.connectors, record)

@@ -67,7 +67,10 @@ async def read_records(broker: Broker, topic: str, partition: int, *, start: int
     while offset < end:
         data = (await fetch_batches(broker, SERVERS, topic, partition, offset, _READ_BYTES)).body
         before = offset
-        for position, _header in iter_batches(data, verify=True):
+        for position, header in iter_batches(data, verify=True):
+            if header.control:  # a transaction's marker: its offset counts, it holds no record of the topic's
+                offset = max(offset, header.next_offset)
+                continue
             for record in decode_records(data, position, verify=False):
                 if record.offset >= offset:
                     out.append(record)

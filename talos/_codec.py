@@ -7,7 +7,8 @@ Layout of one batch (big-endian, 53-byte header, then the records)::
     8       4     batch_length      int32, whole batch including this header
     12      1     magic             int8, currently 1
     13      4     crc               uint32, CRC32C of bytes [17, batch_length)
-    17      2     flags             int16, bits 0-2 compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+    17      2     flags             int16, bits 0-2 compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd),
+                                      bit 4 transactional, bit 5 control (Kafka's attribute bits)
     19      4     record_count      int32
     23      8     first_timestamp   int64, milliseconds since the epoch
     31      8     max_timestamp     int64
@@ -29,15 +30,17 @@ Each record is ``uvarint(body_length) body`` with body::
     uvarint header_count, then per header:
         uvarint name_length, UTF-8 name, zigzag-varint value_length (-1 = null), value bytes
 
-Record ``i`` has offset ``base_offset + i`` (there is no per-record offset delta). ``flags`` is the
-compression codec, and no other bit is set: with a codec, the records section (everything after the header)
-is compressed as one block, with Kafka's codec ids and framing (:mod:`talos._compression`); the header
-stays uncompressed and the CRC covers the compressed bytes. ``producer_id`` is -1 (not idempotent: epoch
-and sequence are ignored) or an id >= 0 with an epoch in 0..32767 and sequences
-``base_sequence .. base_sequence + record_count - 1`` within 0..2**31-1, or ``base_sequence`` -1: the epoch
-is checked (a stale one is fenced), the batch is not deduplicated (what a fenced task's checkpoint writes
-use). :func:`validate_batch` checks this and the records' framing (of an uncompressed batch: the server does
-not decompress, a reader does); the server stores nothing it rejects.
+Record ``i`` has offset ``base_offset + i`` (there is no per-record offset delta). ``flags`` bits 0-2 are the
+compression codec (``BatchHeader.codec``). Bits 4 and 5 mark a transaction's batches and its commit or abort
+markers (:mod:`talos._control`), as Kafka's attributes do: every reader steps over a control batch, whose offset
+counts all the same; producers may set neither yet (:func:`validate_batch`). With a codec, the records section
+(everything after the header) is compressed as one block, with Kafka's codec ids and framing
+(:mod:`talos._compression`); the header stays uncompressed and the CRC covers the compressed bytes.
+``producer_id`` is -1 (not idempotent: epoch and sequence are ignored) or an id >= 0 with an epoch in
+0..32767 and sequences ``base_sequence .. base_sequence + record_count - 1`` within 0..2**31-1, or
+``base_sequence`` -1: the epoch is checked (a stale one is fenced), the batch is not deduplicated (what a fenced
+task's checkpoint writes use). :func:`validate_batch` checks this and the records' framing (of an uncompressed
+batch: the server does not decompress, a reader does); the server stores nothing it rejects.
 """
 
 from __future__ import annotations
@@ -55,12 +58,15 @@ from talos._compression import MAX_DECOMPRESSED_SIZE, Codec, compress, decompres
 from talos._errors import BatchError, CorruptBatchError, TruncatedBatchError
 
 __all__ = [
+    "CODEC_MASK",
+    "CONTROL",
     "HEADER_SIZE",
     "MAGIC",
     "BatchHeader",
     "DecodedBatch",
     "Record",
     "RecordData",
+    "TRANSACTIONAL",
     "crc32c",
     "decode_batches",
     "decode_records",
@@ -71,6 +77,7 @@ __all__ = [
     "encode_values",
     "iter_batches",
     "read_header",
+    "rebatch",
     "set_base_offset",
     "validate_batch",
     "verify_batch",
@@ -88,7 +95,11 @@ _MIN_INT64 = -(2**63)
 _MAX_SEQUENCE = 2**31 - 1
 _MAX_EPOCH = 2**15 - 1
 
-_CODECS = frozenset(Codec)  # the flags a batch may have: a codec, nothing else
+_CODECS = frozenset(Codec)  # the flags a producer's batch may have: a codec, nothing else
+CODEC_MASK = 0x07  # flags bits 0-2: the compression codec
+TRANSACTIONAL = 0x10  # flags bit 4: a batch written in a transaction
+CONTROL = 0x20  # flags bit 5: a transaction's commit or abort marker (also transactional), never handed to readers
+_ATTRIBUTES = TRANSACTIONAL | CONTROL
 _HEADER = struct.Struct(">qibIhiqqqhi")
 _BASE_OFFSET = struct.Struct(">q")
 assert _HEADER.size == HEADER_SIZE
@@ -122,6 +133,20 @@ class BatchHeader(NamedTuple):
     def next_offset(self) -> int:
         """The offset right after this batch's last record."""
         return self.base_offset + self.record_count
+
+    @property
+    def codec(self) -> int:
+        """The compression codec of the records section (0: none)."""
+        return self.flags & CODEC_MASK
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.flags & TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        """A transaction marker: its offsets count, its record is no message."""
+        return bool(self.flags & CONTROL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +239,7 @@ def encode_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     compression: int = 0,
+    attributes: int = 0,
 ) -> bytes:
     """Encode records into one batch. Records without a timestamp get the current time."""
     if not records:
@@ -229,6 +255,23 @@ def encode_batch(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
         compression=compression,
+        attributes=attributes,
+    )
+
+
+def rebatch(header: BatchHeader, run: Sequence[Record]) -> bytes:
+    """A batch of some records of the batch ``header`` heads (``run``: consecutive, in offset order), with its
+    producer fields (the sequence moved on to the first kept record), flags and codec: what compaction keeps of
+    a batch, and what a fetch quota cuts it to."""
+    first = run[0].offset - header.base_offset
+    return encode_batch(
+        [RecordData(r.value, r.key, r.headers, r.timestamp) for r in run],
+        base_offset=run[0].offset,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence + first if header.base_sequence >= 0 else -1,
+        compression=header.codec,
+        attributes=header.flags & ~CODEC_MASK,
     )
 
 
@@ -243,9 +286,13 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     compression: int = 0,
+    attributes: int = 0,
 ) -> bytes:
     """A batch around an encoded records section (:func:`encode_records`): the header, the CRC. With a
-    ``compression`` codec (a :class:`~talos._compression.Codec`) the section is compressed first."""
+    ``compression`` codec (a :class:`~talos._compression.Codec`) the section is compressed first.
+    ``attributes``: :data:`TRANSACTIONAL` and :data:`CONTROL`, the flags beside the codec."""
+    if attributes & ~_ATTRIBUTES or compression & ~CODEC_MASK:
+        raise ValueError(f"attributes {attributes:#x} or compression {compression} is not a flag of the format")
     if compression:
         body = compress(compression, body)
     length = HEADER_SIZE + len(body)
@@ -253,8 +300,8 @@ def build_batch(
         raise ValueError("batch too large")
     header = bytearray(HEADER_SIZE)
     _HEADER.pack_into(
-        header, 0, base_offset, length, MAGIC, 0, compression, record_count, first_timestamp, max_timestamp,
-        producer_id, producer_epoch, base_sequence,
+        header, 0, base_offset, length, MAGIC, 0, compression | attributes, record_count, first_timestamp,
+        max_timestamp, producer_id, producer_epoch, base_sequence,
     )  # fmt: skip
     # The CRC runs on from the header's tail into the body: the body is copied once, into the joined batch.
     crc = _crc32c.crc32c(body, _crc32c.crc32c(memoryview(header)[CRC_START:]))
@@ -423,8 +470,8 @@ def decode_records(
     compressed and its records take more than ``max_decompressed`` bytes."""
     header = verify_batch(buf, pos) if verify else read_header(buf, pos)
     start, end = pos + HEADER_SIZE, pos + header.length
-    if header.flags:
-        buf = decompress(header.flags, memoryview(buf)[start:end], max_size=max_decompressed)
+    if header.codec:
+        buf = decompress(header.codec, memoryview(buf)[start:end], max_size=max_decompressed)
         start, end = 0, len(buf)
     if header.record_count > (end - start) // MIN_RECORD_SIZE:
         raise CorruptBatchError(f"the header counts {header.record_count} records; they cannot fit")

@@ -72,9 +72,10 @@ def _decode(topic: str, partition: int, data: bytes, position: int) -> tuple[lis
                 log.warning(
                     "%s/%d: skipping corrupt batch at offsets %d..%d: %s", topic, partition, first, last, batch.error
                 )
-            for r in batch.records:
-                if r.offset >= position:
-                    out.append(Message(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
+            if not batch.header.control:  # a transaction's marker: its offset counts, it is no message
+                for r in batch.records:
+                    if r.offset >= position:
+                        out.append(Message(topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
             after = max(after, batch.header.next_offset)
     except BatchError as exc:  # a header that cannot be read: what follows it cannot be found
         log.warning("%s/%d: unreadable batch after offset %d: %s", topic, partition, after, exc)

@@ -13,7 +13,6 @@ and never skips one. ``df.write.format("talos")`` (and ``writeStream``) produce 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +29,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from connectors.reading import read_range
 from connectors.spark.offsets import Offsets, Range, cap, parse_offsets, ranges
-from talos import DEFAULT_URL, Admin, Consumer, Producer
+from talos import DEFAULT_URL, Admin, Producer
 
 __all__ = ["SCHEMA", "TalosDataSource"]
 
@@ -74,20 +74,9 @@ def _bounds(url: str, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]
 def _read(split: _Split) -> Iterator[tuple[Any, ...]]:
     """Rows of one range, every offset in it (a range ends at or below the durable end it was planned on)."""
     r = split.range
-    with Consumer(split.url, partitions=[(r.topic, r.partition)], wait_ms=200) as consumer:
-        consumer.seek(r.topic, r.partition, r.start)
-        position = r.start
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        while position < r.end:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{r.topic}/{r.partition}: read up to {position} of [{r.start}, {r.end})")
-            for message in consumer.poll(1.0):
-                if message.offset >= r.end:
-                    break
-                position = message.offset + 1
-                stamp = dt.datetime.fromtimestamp(message.timestamp / 1000, tz=dt.UTC)
-                headers = dict(message.headers)
-                yield (r.topic, r.partition, message.offset, stamp, message.key, message.value, headers)
+    for message in read_range(split.url, r.topic, r.partition, r.start, r.end, timeout_s=_READ_TIMEOUT_S):
+        stamp = dt.datetime.fromtimestamp(message.timestamp / 1000, tz=dt.UTC)
+        yield (r.topic, r.partition, message.offset, stamp, message.key, message.value, dict(message.headers))
 
 
 class _BatchReader(DataSourceReader):

@@ -320,6 +320,9 @@ def _messages_json(
         header = decoded.header
         if header.next_offset <= offset:
             continue
+        if header.control:  # a transaction's marker: its offset counts, it is no message
+            next_offset = header.next_offset
+            continue
         if decoded.error is not None:
             error = str(decoded.error)
             skipped.append({"base_offset": header.base_offset, "next_offset": header.next_offset, "error": error})

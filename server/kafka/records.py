@@ -90,8 +90,8 @@ _KAFKA_CRC_AT = 17
 _KAFKA_MAGIC = 2
 _KAFKA_MIN_RECORD = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
 _CODEC_MASK = 0x07
-_TRANSACTIONAL = 0x10
-_CONTROL = 0x20
+_TRANSACTIONAL = _codec.TRANSACTIONAL  # Kafka's attribute bits and Talos's flags are the same
+_CONTROL = _codec.CONTROL
 _DELETE_HORIZON = 0x40  # set by the log cleaner only; it turns baseTimestamp into something else
 assert _KAFKA_HEADER.size == _KAFKA_HEADER_SIZE
 
@@ -540,21 +540,21 @@ def _talos_batch(data: _Bytes, pos: int, header: _codec.BatchHeader, max_decompr
     view = memoryview(data)
     if _crc32c.crc32c(view[pos + _TALOS_CRC_START : batch_end]) != header.crc:
         raise _corrupt(f"batch at offset {header.base_offset}: CRC mismatch")
-    codec, count = header.flags, header.record_count
-    if not 0 <= codec <= 4:
-        raise _corrupt(f"batch at offset {header.base_offset}: flags {codec:#x}")
+    codec, count = header.codec, header.record_count
+    if not 0 <= codec <= 4 or header.flags & ~(_CODEC_MASK | _TRANSACTIONAL | _CONTROL):
+        raise _corrupt(f"batch at offset {header.base_offset}: flags {header.flags:#x}")
     out = bytearray(_KAFKA_HEADER_SIZE)
     if codec:
         section = _decompress(codec, view[pos + _TALOS_HEADER_SIZE : batch_end], max_decompressed)
         _talos_records(section, 0, len(section), count, out, header.first_timestamp)
     else:
         _talos_records(data, pos + _TALOS_HEADER_SIZE, batch_end, count, out, header.first_timestamp)
-    attributes = 0
+    attributes = header.flags & (_TRANSACTIONAL | _CONTROL)  # Talos's bits are Kafka's: a reader skips markers
     if codec in _RECOMPRESSED:
         records = compress(codec, memoryview(out)[_KAFKA_HEADER_SIZE:])
         del out[_KAFKA_HEADER_SIZE:]
         out += records
-        attributes = codec
+        attributes |= codec
     batch_length = len(out) - _KAFKA_LENGTH_END
     if batch_length > _TALOS_MAX_LENGTH:
         raise KafkaRecordError(_MESSAGE_TOO_LARGE, f"batch at offset {header.base_offset}: {batch_length} bytes")

@@ -123,7 +123,7 @@ def messages_from(batches: list[bytes | bytearray], offset: int) -> int:
 
 def holds_compressed(batches: list[bytes | bytearray]) -> bool:
     """Whether a fetch's batches hold a compressed one."""
-    return any(header.flags for header in batch_headers(batches))
+    return any(header.codec for header in batch_headers(batches))
 
 
 def trace_delivered(

@@ -210,7 +210,7 @@ class LoadedPartition:
         """Refuse a batch with a record without a key (a compacted topic keeps the last value *per key*), as
         Kafka refuses it. A compressed batch is decompressed for it, on the read pool."""
         try:
-            if header.flags:
+            if header.codec:
                 records = await self.on_read_pool(decode_records, batch)
             else:
                 records = decode_records(batch, verify=False)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from talos import BatchError, RecordData, decode_records, encode_batch
+from talos import BatchError, decode_records, read_header
+from talos._codec import rebatch
 
 __all__ = ["trim_to_allowance"]
 
@@ -34,16 +35,15 @@ def trim_to_allowance(
             out.append(batch)
             break
         records = [r for r in decoded if r.offset >= offset]
-        kept: list[RecordData] = []
+        kept = 0
         size = 0
         for record in records:
             cost = len(record.value or b"") + len(record.key or b"") + 16
             if (kept or out) and used + size + cost > allowance:
                 break
-            kept.append(RecordData(record.value, record.key, record.headers, record.timestamp))
+            kept += 1
             size += cost
-        if kept:
-            first = records[0].offset
-            out.append(encode_batch(kept, base_offset=first))
+        if kept:  # with the batch's producer fields and flags: a reader filters a transaction's by them
+            out.append(rebatch(read_header(batch), records[:kept]))
         break
     return out if out else list(batches[:1])

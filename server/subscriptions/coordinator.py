@@ -194,6 +194,9 @@ class Subscription:
         added = False
         limit = decompression_limit(self.broker.config)
         for decoded in decode_batches(fetched.body, verify=False, max_decompressed=limit):
+            if decoded.header.control:  # a transaction's marker: no message to hand out
+                ledger.skip_to(decoded.header.next_offset)
+                continue
             if decoded.error is not None:  # a damaged stored batch: nobody can read it, so nobody gets it
                 for offset in range(max(decoded.header.base_offset, ledger.end), decoded.header.next_offset):
                     if ledger.admit(offset, None):  # not one settled already (by a recovered lease's ack)

@@ -73,9 +73,7 @@ class Ledger:
         """Add the next offset read from the partition to the window; False if it is already settled."""
         if offset < self.end:
             return False
-        if offset > self.end:  # the log does not hold these (retention removed them under the read)
-            start, self.end = self.end, offset
-            self._gap(start, offset)
+        self.skip_to(offset)  # the log does not hold those below (retention removed them under the read)
         self.end = offset + 1
         if offset in self.settled:
             self._advance()
@@ -86,6 +84,13 @@ class Ledger:
                 self._sorted = False
         self.keys[offset] = key
         return True
+
+    def skip_to(self, offset: int) -> None:
+        """The partition holds no message from the window's end up to ``offset``: a transaction's marker, or
+        records compaction removed. Settled as gone, so that the next read starts past them."""
+        if offset > self.end:
+            start, self.end = self.end, offset
+            self._gap(start, offset)
 
     def _gap(self, start: int, stop: int) -> None:
         for offset in range(start, stop):

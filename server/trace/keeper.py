@@ -50,7 +50,7 @@ def _add_chunk(index: PartitionIndex, data: bytes, position: int) -> int:
     after = position
     try:
         for decoded in decode_batches(data, verify=True):
-            if decoded.error is not None:  # damaged: stepped over, as fetches do
+            if decoded.error is not None or decoded.header.control:  # damaged, or a marker: stepped over
                 after = max(after, decoded.header.next_offset)
                 continue
             for record in decoded.records:

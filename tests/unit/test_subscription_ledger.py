@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.config import ServerConfig
-from server.peers import Reply
+from server.messaging.fetch import Fetched
 from server.subscriptions.coordinator import Subscription
 from server.subscriptions.ledger import DEAD, OK, STALE, UNKNOWN, Ledger
 from server.subscriptions.records import Settings, Snapshot, decode, fence_record, snapshot_record
@@ -264,7 +264,7 @@ def test_a_recovered_dead_message_is_not_acknowledged_and_is_dead_lettered_once_
     broker = SimpleNamespace(config=ServerConfig(), trace=None)
     subscription = Subscription(broker, "s", Snapshot(Settings(topic="t"), None, 1, {0: back}), (1, 0), 1)  # type: ignore[arg-type]
     batch = encode_batch([RecordData(b"poison"), RecordData(b"fine")])
-    subscription._admit(0, Reply(200, bytes(batch)))
+    subscription._admit(0, Fetched(bytes(batch), high_watermark=2, start_offset=0))
     # The crash came before the letter was written: once its record is read again, it is written.
     assert subscription._dead == [(0, 0)]
     assert take(back, 4 * TIMEOUT).leased == [(1, 2)]  # 1's lease ran out; 0 waits for its letter

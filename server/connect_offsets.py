@@ -43,7 +43,7 @@ from server.errors import ApiError
 from server.messaging.caller import SERVERS
 from server.messaging.fetch import fetch_batches
 from server.topics import TopicConfig
-from talos import Record, RecordData, decode_records, iter_batches, partition_for_key
+from talos import Record, RecordData, partition_for_key
 
 __all__ = [
     "CONNECT_OFFSETS_TOPIC",
@@ -241,18 +241,12 @@ class ConnectOffsetsIndex:
                     start, end = await internal_topics.bounds(self._broker, CONNECT_OFFSETS_TOPIC, partition)
                     cache.restart(start)
                     continue
-                data = fetched.body
-                before = cache.next_offset
-                for position, header in iter_batches(data, verify=True):
-                    if header.control:  # a transaction's marker: no saved offset
-                        cache.next_offset = max(cache.next_offset, header.next_offset)
-                        continue
-                    for record in decode_records(data, position, verify=False):
-                        if record.offset >= cache.next_offset:  # a save may have been folded in meanwhile
-                            apply(cache.connectors, record)
-                            cache.next_offset = record.offset + 1
-                if cache.next_offset == before:
+                records, after = internal_topics.records_from(fetched.body, cache.next_offset)
+                for record in records:  # from the offset now: a save may have been folded in meanwhile
+                    apply(cache.connectors, record)
+                if after == cache.next_offset:
                     break
+                cache.next_offset = after
         return cache
 
     # ---------------------------------------------------------------- maintenance

@@ -15,7 +15,7 @@ from server.messaging.produce import produce_batch
 from server.topics import TopicConfig
 from talos import Record, RecordData, decode_records, encode_batch, iter_batches
 
-__all__ = ["append", "bounds", "ensure", "read_all", "read_records"]
+__all__ = ["append", "bounds", "ensure", "read_all", "read_records", "records_from"]
 
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -66,18 +66,24 @@ async def read_records(broker: Broker, topic: str, partition: int, *, start: int
     out: list[Record] = []
     while offset < end:
         data = (await fetch_batches(broker, SERVERS, topic, partition, offset, _READ_BYTES)).body
-        before = offset
-        for position, header in iter_batches(data, verify=True):
-            if header.control:  # a transaction's marker: its offset counts, it holds no record of the topic's
-                offset = max(offset, header.next_offset)
-                continue
-            for record in decode_records(data, position, verify=False):
-                if record.offset >= offset:
-                    out.append(record)
-                    offset = record.offset + 1
-        if offset == before:
+        records, after = records_from(data, offset)
+        out += records
+        if after == offset:
             break  # nothing more is readable (retention removed the rest as we read)
+        offset = after
     return out
+
+
+def records_from(data: bytes, offset: int) -> tuple[list[Record], int]:
+    """The records at or after ``offset`` in fetched batches, and the offset after them. A transaction's marker
+    holds no record of the topic's: stepped over, its offset counted."""
+    out: list[Record] = []
+    after = offset
+    for position, header in iter_batches(data, verify=True):
+        if not header.control:
+            out += [record for record in decode_records(data, position, verify=False) if record.offset >= offset]
+        after = max(after, header.next_offset)
+    return out, after
 
 
 async def read_all(

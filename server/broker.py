@@ -40,9 +40,8 @@ from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore, decode_topic
 from server.errors import ApiError
 from server.partition.executor import AffinityExecutor
-from server.partition.loaded import LoadedPartition, as_api_error, load_producer_states
+from server.partition.loaded import LoadedPartition, PartitionState, as_api_error, load_partition_state
 from server.partition.producer_ids import ProducerIds, StorageProducerIds
-from server.partition.producers import ProducerStates
 from server.partition.tailcache import TailCache
 from server.peers import Forwarder
 from server.security.guard import Security
@@ -408,7 +407,7 @@ class Broker:
                     self._partitions.pop(key, None)
                 ring_version = self.cluster.ring.version if self.cluster is not None else 0
                 try:
-                    plog, producers = await self._io(self._open_log, config, index, ring_version)
+                    plog, state = await self._io(self._open_log, config, index, ring_version)
                 except (LogError, KazooException) as exc:  # fenced by a newer ring, storage or ZooKeeper down
                     log.info("cannot take over %s/%d: %r", topic, index, exc)
                     raise as_api_error(exc) from exc
@@ -422,7 +421,8 @@ class Broker:
                     self.write_pool.for_key((topic, index, plog.epoch)),
                     self.read_pool.for_key((topic, index, plog.epoch)),
                     group_commit=self.config.group_commit,
-                    producers=producers,
+                    producers=state.producers,
+                    transactions=state.transactions,
                     epochs=self.producer_ids,
                     flush_timeout_s=self.config.flush_timeout_s,
                     version=ring_version,
@@ -444,7 +444,7 @@ class Broker:
             return loaded
         return await asyncio.shield(pending)
 
-    def _open_log(self, config: TopicConfig, index: int, ring_version: int) -> tuple[PartitionLog, ProducerStates]:
+    def _open_log(self, config: TopicConfig, index: int, ring_version: int) -> tuple[PartitionLog, PartitionState]:
         directory = partition_dir(self.root, config.name, index)
         log_config = compaction_log_config(self.config, config)
         epochs: EpochSource
@@ -457,7 +457,7 @@ class Broker:
         with self.health.operation(f"loading {config.name}/{index}", failures=(StorageError,)):
             plog = PartitionLog.open(self.fs, directory, epochs, config=log_config)
             try:
-                return plog, load_producer_states(plog, self.config.producer_state_window_bytes)
+                return plog, load_partition_state(plog, self.config.producer_state_window_bytes)
             except BaseException:
                 plog.close(seal=False)
                 raise

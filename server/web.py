@@ -98,6 +98,17 @@ def int_param(
     return value
 
 
+def isolation_param(query: Mapping[str, str]) -> bool:
+    """``?isolation=read_committed`` (True) or ``read_uncommitted`` (False, the default): what a fetch or an
+    offsets request may see of transactions not yet decided."""
+    raw = query.get("isolation", "read_uncommitted")
+    if raw not in ("read_committed", "read_uncommitted"):
+        raise ApiError(
+            400, "INVALID_REQUEST", f"isolation must be read_committed or read_uncommitted, got {raw[:50]!r}"
+        )
+    return raw == "read_committed"
+
+
 def caller_of(headers: Mapping[str, str]) -> Caller:
     """Who an authenticated HTTP request is served for (``headers``: lower-case names, with the tenant header
     its authentication set), for the service layer: one tuple, no copy of the headers."""

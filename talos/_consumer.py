@@ -52,6 +52,7 @@ class _Consumer(ClientBase[AnyTransport]):
         partitions: Iterable[tuple[str, int]] = (),
         group: str | None = None,
         start: str = "earliest",
+        isolation: str = "read_uncommitted",
         auto_commit: bool = True,
         auto_commit_interval_s: float = 5.0,
         session_timeout_s: float = 10.0,
@@ -83,8 +84,11 @@ class _Consumer(ClientBase[AnyTransport]):
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._timeout = request_timeout_s
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise ValueError("isolation must be 'read_uncommitted' or 'read_committed'")
         self._state = ConsumerState(
             start=start,
+            committed=isolation == "read_committed",
             partitions=assigned,
             membership=membership,
             auto_commit=auto_commit,

@@ -56,6 +56,7 @@ class ConsumerState:
         self,
         *,
         start: str,
+        committed: bool = False,
         partitions: list[TopicPartition],
         membership: Membership | None,
         auto_commit: bool,
@@ -65,7 +66,7 @@ class ConsumerState:
         on_lost: Callback | None,
         max_retries: int,
     ) -> None:
-        self.positions = Positions(start)
+        self.positions = Positions(start, committed=committed)
         self.static = partitions
         self.membership = membership
         self.buffer: list[Message] = []

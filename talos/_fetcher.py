@@ -83,13 +83,23 @@ def _decode(topic: str, partition: int, data: bytes, position: int) -> tuple[lis
 
 
 def _fetch_request(
-    routes: RouteTable, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int, timeout: float
+    routes: RouteTable,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    wait_ms: int,
+    timeout: float,
+    committed: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments of the transport call for one fetch (both twins)."""
     base, route_headers = routes.target(topic, partition)
+    params: dict[str, str | int] = {"offset": offset, "max_bytes": max_bytes, "wait_ms": wait_ms}
+    if committed:
+        params["isolation"] = "read_committed"
     return {
         "url": f"{base}/v1/topics/{quote(topic, safe='')}/partitions/{partition}/messages",
-        "params": {"offset": offset, "max_bytes": max_bytes, "wait_ms": wait_ms},
+        "params": params,
         "headers": {**_ACCEPT, **route_headers} if route_headers else _ACCEPT,
         "timeout": timeout + wait_ms / 1000,
     }
@@ -120,14 +130,22 @@ def _unavailable(routes: RouteTable, topic: str, partition: int, error: TalosErr
 class Positions:
     """Where each assigned partition is read next; shared by the twins."""
 
-    def __init__(self, start: str) -> None:
+    def __init__(self, start: str, *, committed: bool = False) -> None:
         if start not in ("earliest", "latest"):
             raise ValueError("start must be 'earliest' or 'latest'")
         self.start = start
+        self.committed = committed  # read committed: "latest" is the last stable offset
         self.next: dict[TopicPartition, int] = {}
 
+    @property
+    def latest(self) -> str:
+        """The field of an offsets answer that is the end for this consumer."""
+        return "last_stable" if self.committed else "latest"
+
     def initial(self, offsets: dict[str, int]) -> int:
-        return offsets["earliest"] if self.start == "earliest" else offsets["latest"]
+        if self.start == "earliest":
+            return offsets["earliest"]
+        return offsets.get(self.latest, offsets["latest"])  # a server from before transactions: its latest
 
     def take(self, topic: str, partition: int, offset: int, response: Response) -> list[Message]:
         """The messages of a fetch answer, moving the position past them (both twins)."""
@@ -140,6 +158,10 @@ class Positions:
         if self.next.get(key) != offset:  # seeked (or released) while the fetch was in flight
             return []
         messages, after = _decode(topic, partition, response.body, offset)
+        # Past batches a read-committed fetch left out at its end (an aborted transaction's)
+        onward = response.headers.get("x-talos-next-offset")
+        if onward is not None and onward.isdigit():
+            after = max(after, int(onward))
         self.next[key] = after
         return messages
 
@@ -207,12 +229,22 @@ def fetch_messages(client: _Fetching, topic: str, partition: int, wait_ms: int) 
     try:
         offset = yield from position_of(client, topic, partition)
         yield from refresh_steps(client._routes, topic)
-        request = _fetch_request(client._routes, topic, partition, offset, client._max_bytes, wait_ms, client._timeout)
+        positions = client._state.positions
+        request = _fetch_request(
+            client._routes,
+            topic,
+            partition,
+            offset,
+            client._max_bytes,
+            wait_ms,
+            client._timeout,
+            positions.committed,
+        )
         membership = client._state.membership
         if membership is not None and membership.member_id is not None:  # the message trace's "delivered to"
             request["params"] = {**request["params"], "group": membership.group, "member": membership.member_id}
         answer = yield from http(Request("GET", **request))
-        return client._state.positions.take(topic, partition, offset, answer)
+        return positions.take(topic, partition, offset, answer)
     except (UnavailableError, QuotaExceededError, TransportError) as error:
         yield from pause(_unavailable(client._routes, topic, partition, error))
         return []
@@ -220,6 +252,8 @@ def fetch_messages(client: _Fetching, topic: str, partition: int, wait_ms: int) 
 
 def seek_all(client: _Fetching, field: str, timestamp_ms: int | None = None) -> Steps[None]:
     """Move every assigned partition to its ``earliest``, ``latest`` or first ``offset`` at a time."""
+    if field == "latest":
+        field = client._state.positions.latest
     for topic, partition in client.assignment:
         answer = yield from send(client.url, offsets_call(topic, partition, timestamp_ms), client._timeout)
         client.seek(topic, partition, answer[field])

@@ -38,9 +38,11 @@ from server.messaging.authorization import authorize_message
 from server.messaging.delete_records import authorize_delete_records, delete_records
 from server.messaging.fence import fence
 from server.messaging.forwarder import BATCH_CONTENT_TYPE
+from server.messaging.markers import write_marker
 from server.security.access import Principal
 from server.topics import MAX_PARTITIONS, TopicConfig
-from server.web import INT64_MAX, as_response, caller_of, json_response, read_body
+from server.web import INT64_MAX, as_response, body_schema, caller_of, json_response, parse_body, read_body
+from talos._control import ControlType, Marker
 
 __all__ = ["install"]
 
@@ -114,6 +116,13 @@ def _first_error(exc: ValidationError) -> str:
 class FenceRequest(BaseModel):
     producer_id: int = Field(ge=0, le=INT64_MAX, strict=True)
     producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
+
+
+class MarkerRequest(BaseModel):
+    producer_id: int = Field(ge=0, le=INT64_MAX, strict=True)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
+    commit: bool = Field(strict=True, description="true: the transaction commits; false: it aborts")
+    coordinator_epoch: int = Field(ge=0, le=2**31 - 1, strict=True)
 
 
 class RecordsBelow(BaseModel):
@@ -198,6 +207,15 @@ _FETCH_SCHEMA: dict[str, Any] = {
             high=64 * 1024 * 1024,
         ),
         _query("wait_ms", "long poll: wait this long for data at offset (bounded by the server's max_wait_ms)"),
+        {
+            "name": "isolation",
+            "in": "query",
+            "required": False,
+            "description": "read_committed: only decided transactions, below the last stable offset, without "
+            "aborted ones (the answer then carries last_stable_offset, and next_offset steps over what was left "
+            "out); read_uncommitted (the default): everything durable",
+            "schema": {"type": "string", "enum": ["read_uncommitted", "read_committed"]},
+        },
     ]
 }
 _OFFSETS_SCHEMA: dict[str, Any] = {
@@ -451,6 +469,21 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         broker().check_partition(topic, partition)
         caller = caller_of(request.headers)
         return json_response(await fence(broker(), caller, topic, partition, body.producer_id, body.producer_epoch))
+
+    @app.post(
+        "/v1/topics/{topic}/partitions/{partition}/txn-markers",
+        tags=["transactions"],
+        summary="Close a producer's transaction on one partition (its coordinator's commit or abort; admin only)",
+        openapi_extra=body_schema(MarkerRequest),
+    )
+    async def txn_marker(topic: str, partition: PartitionIndex, request: Request) -> Response:
+        b = broker()
+        b.security.require_admin(principal(request))
+        body = parse_body(MarkerRequest, await read_request_body(request, 4096))
+        b.check_partition(topic, partition)
+        kind = ControlType.COMMIT if body.commit else ControlType.ABORT
+        marker = Marker(body.producer_id, body.producer_epoch, kind, body.coordinator_epoch)
+        return json_response(await write_marker(b, caller_of(request.headers), topic, partition, marker))
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
 

@@ -35,7 +35,7 @@ from server.messaging.produce import produce_records, store_batches
 from server.messaging.records import message_json
 from server.partition.loaded import LoadedPartition
 from server.topics import TopicConfig
-from server.web import INT64_MAX, int_param
+from server.web import INT64_MAX, int_param, isolation_param
 from talos import (
     BatchError,
     DecodedBatch,
@@ -339,6 +339,14 @@ def _messages_json(
     return _page(out, next_offset, skipped)
 
 
+def _read_through(page: dict[str, object], batches: list[bytes | bytearray], offset: int) -> bool:
+    """Whether a JSON page took every batch fetched (not cut by its message or byte limit): only then may it
+    send the reader past batches it left out after them (an aborted transaction's)."""
+    end = max((h.next_offset for h in batch_headers(batches)), default=offset)
+    given: int = page["next_offset"]  # type: ignore[assignment]
+    return given >= end
+
+
 def _stored_batches(batches: list[bytes | bytearray], max_decompressed: int) -> Iterator[DecodedBatch]:
     for batch in batches:
         try:
@@ -369,6 +377,7 @@ async def fetch(
     max_messages = int_param(query, "max_messages", 500, low=1, high=100_000)
     max_bytes = int_param(query, "max_bytes", 1024 * 1024, low=1, high=64 * 1024 * 1024)
     wait_ms = int_param(query, "wait_ms", 0, high=broker.config.max_wait_ms)
+    committed = isolation_param(query)
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
@@ -384,7 +393,7 @@ async def fetch(
             accept=accept,
             extra_timeout_s=wait_ms / 1000,
         )
-    result = await read_batches(broker, loaded, caller, offset, max_bytes, wait_ms)
+    result = await read_batches(broker, loaded, caller, offset, max_bytes, wait_ms, committed=committed)
     batches = result.batches
     limit = decompression_limit(broker.config)
     if accept is not None and BATCH_CONTENT_TYPE in accept:
@@ -392,12 +401,20 @@ async def fetch(
             delivered_to = max((h.next_offset for h in batch_headers(batches)), default=0)
             trace_delivered(broker, topic, partition, offset, delivered_to, query["group"], query.get("member"))
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
+        if committed:
+            marks["x-talos-last-stable-offset"] = str(result.last_stable_offset)
+        if result.next_offset >= 0:
+            marks["x-talos-next-offset"] = str(result.next_offset)
         return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
     if holds_compressed(batches):
         # Decompressing (megabytes, maybe) off the event loop: the codecs release the GIL meanwhile.
         body = await loaded.on_read_pool(_messages_json, batches, offset, max_messages, max_bytes, limit)
     else:
         body = _messages_json(batches, offset, max_messages, max_bytes, limit)
+    if result.next_offset >= 0 and _read_through(body, batches, offset):
+        body["next_offset"] = max(result.next_offset, int(body["next_offset"]))  # type: ignore[call-overload]
+    if committed:
+        body["last_stable_offset"] = result.last_stable_offset
     if "skipped" in body:
         log.warning("%s/%d: stepped over corrupt stored batches: %s", topic, partition, body["skipped"])
     if "group" in query:

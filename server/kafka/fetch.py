@@ -36,11 +36,12 @@ _MAX_TIMESTAMP = -3
 class _Read:
     """One partition of a Fetch: its answer so far, and the loaded partition to wait on."""
 
-    __slots__ = ("answer", "loaded", "offset", "size", "topic")
+    __slots__ = ("answer", "committed", "loaded", "offset", "size", "topic")
 
-    def __init__(self, topic: str, index: int, offset: int) -> None:
+    def __init__(self, topic: str, index: int, offset: int, committed: bool) -> None:
         self.topic = topic
         self.offset = offset
+        self.committed = committed  # isolation level 1: below the last stable offset, aborted ones listed
         self.loaded: LoadedPartition | None = None
         self.size = 0
         self.answer: dict[str, Any] = {
@@ -62,14 +63,30 @@ async def _read(ctx: Context, read: _Read, max_bytes: int) -> None:
     try:
         authorize_message(broker, ctx.session.principal, read.topic, "fetch")
         loaded = read.loaded = await broker.partition(read.topic, index)
-        result = await read_batches(broker, loaded, ctx.session.caller, read.offset, max_bytes, 0)
+        result = await read_batches(
+            broker,
+            loaded,
+            ctx.session.caller,
+            read.offset,
+            max_bytes,
+            0,
+            committed=read.committed,
+            keep_aborted=True,
+        )
     except NotOwnerError:
         answer["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return
     except (ApiError, OffsetOutOfRangeError) as exc:
         answer["error_code"] = error_code(exc)
         return
-    answer["high_watermark"] = answer["last_stable_offset"] = result.high_watermark
+    answer["high_watermark"] = result.high_watermark
+    if read.committed:
+        answer["last_stable_offset"] = result.last_stable_offset
+        answer["aborted_transactions"] = [
+            {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in result.aborted or ()
+        ]
+    else:
+        answer["last_stable_offset"] = loaded.last_stable_offset
     answer["log_start_offset"] = result.start_offset
     if result.batches:
         try:
@@ -87,9 +104,10 @@ async def fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     wait_ms = max(0, min(body.get("max_wait_ms", 0), config.max_wait_ms))
     min_bytes = max(1, body.get("min_bytes", 1))
     budget = min(body.get("max_bytes") or _MAX_FETCH_BYTES, _MAX_FETCH_BYTES)
+    committed = body.get("isolation_level", 0) == 1
     reads: list[tuple[_Read, int]] = [
         (
-            _Read(topic["topic"], part["partition"], part["fetch_offset"]),
+            _Read(topic["topic"], part["partition"], part["fetch_offset"], committed),
             max(1, min(part["partition_max_bytes"], _MAX_FETCH_BYTES)),
         )
         for topic in body.get("topics") or []
@@ -98,7 +116,9 @@ async def fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     await _read_all(ctx, reads, budget)
     if wait_ms and sum(r.size for r, _ in reads) < min_bytes and all(r.answer["error_code"] == 0 for r, _ in reads):
         waiting = [
-            asyncio.ensure_future(r.loaded.wait_for_data(r.offset, wait_ms)) for r, _ in reads if r.loaded is not None
+            asyncio.ensure_future(r.loaded.wait_for_data(r.offset, wait_ms, committed=committed))
+            for r, _ in reads
+            if r.loaded is not None
         ]
         if waiting:
             done, pending = await asyncio.wait(waiting, timeout=wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
@@ -133,12 +153,15 @@ async def _read_all(ctx: Context, reads: list[tuple[_Read, int]], budget: int) -
 async def list_offsets(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     topics = []
     for topic in body.get("topics") or []:
-        parts = [await _offset(ctx, topic["name"], part) for part in topic.get("partitions") or []]
+        committed = body.get("isolation_level", 0) == 1
+        parts = [await _offset(ctx, topic["name"], part, committed) for part in topic.get("partitions") or []]
         topics.append({"name": topic["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-async def _offset(ctx: Context, topic: str, part: dict[str, Any]) -> dict[str, Any]:
+async def _offset(ctx: Context, topic: str, part: dict[str, Any], committed: bool) -> dict[str, Any]:
+    """One partition's offset at a time; ``committed`` (isolation level 1): none at or past the last stable
+    offset (the latest is the last stable offset)."""
     broker = ctx.broker
     index, timestamp = part["partition_index"], part["timestamp"]
     answer: dict[str, Any] = {
@@ -158,13 +181,14 @@ async def _offset(ctx: Context, topic: str, part: dict[str, Any]) -> dict[str, A
         answer["error_code"] = error_code(exc)
         return answer
     log = loaded.log
+    end = loaded.last_stable_offset if committed else log.durable_offset
     if timestamp == _EARLIEST:
         answer["offset"] = log.start_offset
     elif timestamp in (_LATEST, _MAX_TIMESTAMP):
-        answer["offset"] = log.durable_offset
+        answer["offset"] = end
     else:
         found = await loaded.offset_for_timestamp(timestamp)
-        if found < log.durable_offset:
+        if found < end:
             answer.update(offset=found, timestamp=timestamp)
     answer["old_style_offsets"] = [answer["offset"]]
     return answer

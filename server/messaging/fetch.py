@@ -4,6 +4,7 @@ asked of the owner when the partition is another server's; what a fetch's batche
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -36,6 +37,8 @@ class Fetched(NamedTuple):
     body: bytes
     high_watermark: int
     start_offset: int
+    last_stable_offset: int = -1  # -1: a read-uncommitted fetch
+    next_offset: int = -1  # where to go on from, when past the last batch given (read committed)
 
 
 def decompression_limit(config: ServerConfig) -> int:
@@ -49,16 +52,25 @@ def decompression_limit(config: ServerConfig) -> int:
 
 
 async def read_batches(
-    broker: Broker, loaded: LoadedPartition, caller: Caller, offset: int, max_bytes: int, wait_ms: int
+    broker: Broker,
+    loaded: LoadedPartition,
+    caller: Caller,
+    offset: int,
+    max_bytes: int,
+    wait_ms: int,
+    *,
+    committed: bool = False,
+    keep_aborted: bool = False,
 ) -> FetchResult:
     """Stored batches from ``offset`` on this partition's owner, as ``caller``: within its fetch quota (paid),
-    metered. One implementation for REST's fetch, the Kafka listener and the coordinators."""
+    metered; ``committed``: decided transactions only (``keep_aborted``: see ``LoadedPartition.fetch``). One
+    implementation for REST's fetch, the Kafka listener and the coordinators."""
     topic, partition = loaded.topic, loaded.index
     buckets = admit(broker, caller, topic, "fetch")
     if buckets:  # read no more than the quota has left
         max_bytes = max(1, min(max_bytes, allowance(buckets)))
     with Metered(broker, caller, topic, partition) as usage:
-        result = await loaded.fetch(offset, max_bytes, wait_ms)
+        result = await loaded.fetch(offset, max_bytes, wait_ms, committed=committed, keep_aborted=keep_aborted)
         batches = result.batches
         if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
             batches = trim_to_allowance(batches, offset, allowance(buckets), decompression_limit(broker.config))
@@ -66,13 +78,21 @@ async def read_batches(
         await pay(buckets, size)
         usage.update(bytes_out=size, messages_out=messages_from(batches, offset))
     metrics.fetched(topic, size)
-    if batches is not result.batches:
-        result = FetchResult(batches, result.high_watermark, result.start_offset)
+    if batches is not result.batches:  # cut short: the reader goes on from the cut, not past what was left out
+        result = dataclasses.replace(result, batches=batches, next_offset=-1)
     return result
 
 
 async def fetch_batches(
-    broker: Broker, caller: Caller, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int = 0
+    broker: Broker,
+    caller: Caller,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    wait_ms: int = 0,
+    *,
+    committed: bool = False,
 ) -> Fetched:
     """Stored batches from ``offset``, read here or asked of the partition's owner. Out of range: here
     :class:`fencing.OffsetOutOfRangeError`, from the owner the :class:`ApiError` it answered (416)."""
@@ -82,6 +102,8 @@ async def fetch_batches(
         query = {"offset": str(offset), "max_bytes": str(max_bytes)}
         if wait_ms:
             query["wait_ms"] = str(wait_ms)
+        if committed:
+            query["isolation"] = "read_committed"
         reply = await call_partition(
             broker.forwarder,
             caller,
@@ -101,9 +123,17 @@ async def fetch_batches(
             reply.body,
             int(marks.get("x-talos-high-watermark", -1)),
             int(marks.get("x-talos-start-offset", -1)),
+            int(marks.get("x-talos-last-stable-offset", -1)),
+            int(marks.get("x-talos-next-offset", -1)),
         )
-    result = await read_batches(broker, loaded, caller, offset, max_bytes, wait_ms)
-    return Fetched(b"".join(result.batches), result.high_watermark, result.start_offset)
+    result = await read_batches(broker, loaded, caller, offset, max_bytes, wait_ms, committed=committed)
+    return Fetched(
+        b"".join(result.batches),
+        result.high_watermark,
+        result.start_offset,
+        result.last_stable_offset,
+        result.next_offset,
+    )
 
 
 def batch_headers(batches: list[bytes | bytearray]) -> Iterator[BatchHeader]:

@@ -24,6 +24,7 @@ async def offsets_here(
         "partition": loaded.index,
         "earliest": loaded.log.start_offset,
         "latest": loaded.log.durable_offset,
+        "last_stable": loaded.last_stable_offset,  # read-committed readers' latest: below it all is decided
         "session": loaded.log.epoch,
     }
     if session is not None:  # how far an earlier load session got durable (Swift's resend point)

@@ -12,6 +12,11 @@ instance sends to every partition it may write before it starts), and, the first
 here after a load, from the allocator itself (``epochs``): a load forgets the fences, not the allocator. A
 fence joins a group like the writes and returns only after that group's flush and a check that this load
 still owns the partition, so every write it did not refuse is durable, and readable, when it returns.
+
+Transactions: a producer's transactional batches open its transaction here; its coordinator closes it with a
+marker (:meth:`LoadedPartition.write_marker`), written like a fence (answered after the flush and an owner
+check). Read-committed fetches stop at the last stable offset and drop the records of aborted transactions
+(``server.partition.transactions`` keeps both); a marker counts only once durable.
 """
 
 from __future__ import annotations
@@ -27,14 +32,16 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from fencing import FencedError, LogError, OffsetOutOfRangeError, PartitionLog, StorageError
 from server import metrics
 from server.errors import ApiError
-from server.partition.producers import Duplicate, ProducerStates
+from server.partition.producers import Duplicate, ProducerStates, fenced
 from server.partition.tailcache import PartitionTail
+from server.partition.transactions import AbortedTransaction, PartitionTransactions
 from server.storage_health import StorageHealth
 from talos import BatchError, BatchHeader, decode_records, iter_batches, read_header
+from talos._control import Marker, marker_batch, parse_marker
 
 log = logging.getLogger("talos.server")
 
-__all__ = ["FetchResult", "LoadedPartition", "ProduceResult", "as_api_error", "load_producer_states"]
+__all__ = ["FetchResult", "LoadedPartition", "PartitionState", "ProduceResult", "as_api_error", "load_partition_state"]
 
 T = TypeVar("T")
 
@@ -75,6 +82,20 @@ class FetchResult:
     batches: list[bytes | bytearray]
     high_watermark: int
     start_offset: int
+    last_stable_offset: int = -1  # -1: not asked (a read-uncommitted fetch)
+    # Where the reader goes on from (-1: after the last batch given). Set when a read-committed fetch left out
+    # batches at its end (an aborted transaction's), which the reader cannot step over by itself.
+    next_offset: int = -1
+    # A read-committed fetch that kept the aborted transactions' batches: the ones its reader must filter out
+    # (Kafka's clients do; they cannot step over batches they were not given).
+    aborted: list[AbortedTransaction] | None = None
+
+
+class PartitionState(NamedTuple):
+    """What a load rebuilds from the log besides the log itself."""
+
+    producers: ProducerStates
+    transactions: PartitionTransactions
 
 
 class Epochs(Protocol):
@@ -137,6 +158,7 @@ class LoadedPartition:
         *,
         group_commit: bool,
         producers: ProducerStates | None = None,
+        transactions: PartitionTransactions | None = None,
         epochs: Epochs | None = None,
         flush_timeout_s: float = 20.0,
         version: int = 0,
@@ -148,6 +170,7 @@ class LoadedPartition:
         self.index = index
         self.log = log
         self.producers = producers or ProducerStates()
+        self.transactions = transactions or PartitionTransactions()
         self._epochs = epochs
         self._verified: set[int] = set()  # producer ids whose newest epoch this load asked the allocator for
         self.version = version
@@ -193,6 +216,10 @@ class LoadedPartition:
             header = read_header(batch, whole=False)
         except BatchError as exc:
             raise as_api_error(exc) from None
+        if header.control:
+            raise ApiError(
+                400, "CORRUPT_BATCH", "a control batch (a transaction marker) is written by coordinators only"
+            )
         if self.keys_required:
             await self._check_keys(batch, header)
         if self._epochs is not None and header.producer_id >= 0 and header.producer_id not in self._verified:
@@ -235,10 +262,19 @@ class LoadedPartition:
                 base = verdict.base_offset
                 end = base + header.record_count if base >= 0 else -1
                 return ProduceResult(base, end, durable_offset, self.log.epoch, True, self.version)
+            if not header.transactional and header.producer_id >= 0 and self.transactions.is_open(header.producer_id):
+                raise ApiError(
+                    409,
+                    "INVALID_TXN_STATE",
+                    f"producer {header.producer_id} has a transaction open on {self.topic}/{self.index}: "
+                    "a batch outside it must wait for its commit or abort",
+                )
             base, end = self.log.append(batch, verify=verify, header=header)
         except (BatchError, LogError) as exc:
             raise as_api_error(exc) from None
         self.producers.record(header, base)
+        if header.transactional:
+            self.transactions.appended(header.producer_id, base, transactional=True)
         if appended is not None:
             appended.set_result(None)
         group = self._join()
@@ -258,6 +294,47 @@ class LoadedPartition:
         group.check_owner = True
         durable = await self._group_flush(group)
         return ProduceResult(durable, durable, durable, self.log.epoch, True, self.version)
+
+    async def write_marker(self, marker: Marker) -> ProduceResult:
+        """Close ``marker.producer_id``'s transaction here (a commit or abort marker), answered once the marker
+        is durable and this load is known to still own the partition. A marker for a producer with nothing
+        open here is stored all the same (its coordinator closes every partition it named, and retries).
+        Refused from an epoch older than the producer's (a zombie's coordinator decision) and from a
+        coordinator older than the newest one that wrote a marker of this producer here."""
+        if self.abandoned is not None:
+            raise as_api_error(self.abandoned)
+        pid = marker.producer_id
+        known = self.producers.epoch_of(pid)
+        if known is not None and marker.producer_epoch < known:
+            raise fenced(pid, marker.producer_epoch, known)
+        newest = self.transactions.coordinator_epochs.get(pid, -1)
+        if marker.coordinator_epoch < newest:
+            raise ApiError(
+                409,
+                "TRANSACTION_COORDINATOR_FENCED",
+                f"a marker of producer {pid} from coordinator epoch {marker.coordinator_epoch} where "
+                f"{newest} has written: an older coordinator's decision",
+            )
+        if not self._group_commit:
+            async with self._one_at_a_time:
+                return await self._store_marker(marker)
+        return await self._store_marker(marker)
+
+    async def _store_marker(self, marker: Marker) -> ProduceResult:
+        batch = bytearray(marker_batch(marker, timestamp_ms=int(time.time() * 1000)))
+        try:
+            header = read_header(batch)
+            base, end = self.log.append(batch, verify=False, header=header)
+        except (BatchError, LogError) as exc:
+            raise as_api_error(exc) from None
+        self.producers.record(header, base)  # its epoch fences the older ones (a bump per transaction)
+        self.transactions.ended(
+            marker.producer_id, base, committed=marker.committed, coordinator_epoch=marker.coordinator_epoch
+        )
+        group = self._join()
+        group.stored.append((base, end, batch))
+        group.check_owner = True
+        return ProduceResult(base, end, await self._group_flush(group), self.log.epoch, False, self.version)
 
     def _join(self) -> _Group:
         """The group the next flush takes; starts the committer if none runs."""
@@ -295,6 +372,7 @@ class LoadedPartition:
                 except Exception as exc:
                     group.future.set_exception(exc)
                 else:
+                    self.transactions.durable(durable)  # before any waiter runs: its marker counts
                     group.future.set_result(durable)
                     for base, end, batch in group.stored:
                         self.tail.add(base, end, batch)
@@ -347,28 +425,44 @@ class LoadedPartition:
 
     # ---------------------------------------------------------------- fetch
 
-    async def fetch(self, offset: int, max_bytes: int, wait_ms: int) -> FetchResult:
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read-committed readers stop (the high watermark when no transaction is undecided)."""
+        return self.transactions.last_stable_offset(self.log.durable_offset)
+
+    async def fetch(
+        self, offset: int, max_bytes: int, wait_ms: int, *, committed: bool = False, keep_aborted: bool = False
+    ) -> FetchResult:
+        """Stored batches from the one holding ``offset``. ``committed``: only what is below the last stable
+        offset, without the batches of aborted transactions (markers stay: they hold offsets readers step
+        over), or with them and the list of those transactions (``keep_aborted``: Kafka's way)."""
         if wait_ms > 0:
-            await self.wait_for_data(offset, wait_ms)
+            await self.wait_for_data(offset, wait_ms, committed=committed)
         high, start = self.log.durable_offset, self.log.start_offset
         if offset < start or offset > high:
             raise OffsetOutOfRangeError(offset, start, high)
-        if offset == high:
-            return FetchResult([], high, start)
-        cached = self.tail.read(offset, max_bytes)
-        if cached is not None:
+        stable = self.transactions.last_stable_offset(high) if committed else -1
+        if offset >= (stable if committed else high):
+            return FetchResult([], high, start, stable)
+        batches = self.tail.read(offset, max_bytes)
+        if batches is not None:
             metrics.read_from("cache")
-            return FetchResult(cached, high, start)
-        metrics.read_from("storage")
-        data = await self.on_read_pool(self.log.read, offset, max_bytes)
-        return FetchResult([data] if data else [], high, start)
+        else:
+            metrics.read_from("storage")
+            data = await self.on_read_pool(self.log.read, offset, max_bytes)
+            batches = [data] if data else []
+        if not committed:
+            return FetchResult(batches, high, start)
+        aborted = self.transactions.aborted_between(offset, stable)
+        return _committed(batches, high, start, stable, aborted, keep_aborted)
 
-    async def wait_for_data(self, offset: int, wait_ms: int) -> None:
-        """Return once a message at ``offset`` is durable, or after ``wait_ms`` (a long poll)."""
+    async def wait_for_data(self, offset: int, wait_ms: int, *, committed: bool = False) -> None:
+        """Return once a message at ``offset`` is durable (``committed``: decided), or after ``wait_ms`` (a long
+        poll)."""
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             high = self.log.durable_offset
-            if offset < high:
+            if offset < (self.transactions.last_stable_offset(high) if committed else high):
                 return
             if offset > high:
                 raise OffsetOutOfRangeError(offset, self.log.start_offset, high)
@@ -429,21 +523,73 @@ class LoadedPartition:
             self.tail.clear()
 
 
+def _committed(
+    batches: list[bytes | bytearray],
+    high: int,
+    start: int,
+    stable: int,
+    aborted: list[AbortedTransaction],
+    keep_aborted: bool,
+) -> FetchResult:
+    """A read-committed view of fetched ``batches``: cut at the last stable offset (always a batch boundary),
+    and either without the data batches of the ``aborted`` transactions, saying where the reader goes on from
+    (it cannot step over batches it was not given), or (``keep_aborted``) with them and their list. Headers
+    only: no record is decoded."""
+    listed = aborted if keep_aborted else None
+    if stable >= high and (keep_aborted or not aborted):
+        return FetchResult(batches, high, start, stable, aborted=listed)  # the usual case: nothing to leave out
+    kept: list[bytes | bytearray] = []
+    after = -1
+    for buffer in batches:
+        view = memoryview(buffer)
+        for position, header in iter_batches(buffer, verify=False):
+            if header.base_offset >= stable:
+                return FetchResult(kept, high, start, stable, after, listed)
+            after = header.next_offset
+            if (
+                not keep_aborted
+                and header.transactional
+                and not header.control
+                and any(t.holds(header.producer_id, header.base_offset) for t in aborted)
+            ):
+                continue
+            kept.append(bytes(view[position : position + header.length]))
+    return FetchResult(kept, high, start, stable, after, listed)
+
+
 def _retrieve(future: asyncio.Future[int]) -> None:
     if not future.cancelled():
         future.exception()
 
 
-def load_producer_states(log: PartitionLog, window_bytes: int) -> ProducerStates:
-    """Idempotent producers' state from the last ``window_bytes`` of the log (in an I/O thread, on load)."""
-    offset = log.tail_offset(window_bytes)
+def load_partition_state(plog: PartitionLog, window_bytes: int) -> PartitionState:
+    """Idempotent producers' and transactions' state from the last ``window_bytes`` of the log (in an I/O
+    thread, on load)."""
+    offset = plog.tail_offset(window_bytes)
     headers = []
-    while offset < log.durable_offset:
-        data = log.read(offset, 4 * 1024 * 1024)
+    transactions = PartitionTransactions()
+    while offset < plog.durable_offset:
+        data = plog.read(offset, 4 * 1024 * 1024)
         if not data:
             break
-        for _position, header in iter_batches(data, verify=False):
-            if header.next_offset > offset:
-                headers.append(header)
-                offset = header.next_offset
-    return ProducerStates.rebuild(headers)
+        for position, header in iter_batches(data, verify=False):
+            if header.next_offset <= offset:
+                continue
+            headers.append(header)
+            offset = header.next_offset
+            if header.control:
+                try:
+                    marker = parse_marker(header, decode_records(data, position, verify=False))
+                except BatchError as exc:  # not a transaction's end (or unreadable): it closes nothing
+                    log.warning("the control batch at %d is no transaction marker: %s", header.base_offset, exc)
+                    continue
+                transactions.ended(
+                    marker.producer_id,
+                    header.base_offset,
+                    committed=marker.committed,
+                    coordinator_epoch=marker.coordinator_epoch,
+                )
+            elif header.transactional:
+                transactions.appended(header.producer_id, header.base_offset, transactional=True)
+    transactions.durable(plog.durable_offset)
+    return PartitionState(ProducerStates.rebuild(headers), transactions)

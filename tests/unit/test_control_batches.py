@@ -15,7 +15,9 @@ from server.trace.keeper import _add_chunk
 from talos import CorruptBatchError, RecordData, decode_records, encode_batch, read_header, validate_batch
 from talos._codec import CONTROL, TRANSACTIONAL
 from talos._control import ControlType, Marker, marker_batch, parse_marker
-from talos._fetcher import _decode
+from talos._fetcher import Positions, _decode, _fetch_request
+from talos._routing import RouteTable
+from talos._transport import Response
 
 PID, EPOCH = 7, 3
 
@@ -112,3 +114,17 @@ def test_a_fetch_quota_cuts_a_transactional_batch_keeping_its_producer_and_flags
     assert (header.base_offset, header.record_count) == (11, 1)
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (PID, EPOCH, 11)
     assert [r.value for r in decode_records(cut)] == [b"y" * 100]
+
+
+def test_a_read_committed_sdk_consumer_moves_past_what_the_server_left_out_and_starts_at_the_lso() -> None:
+    positions = Positions("latest", committed=True)
+    assert positions.initial({"earliest": 0, "latest": 9, "last_stable": 4}) == 4
+    assert Positions("latest").initial({"earliest": 0, "latest": 9, "last_stable": 4}) == 9
+    positions.next[("t", 0)] = 0
+    # The server gave the plain record at 3 and left out an aborted transaction's batches up to 8
+    answer = Response(200, {"x-talos-next-offset": "8"}, data_batch(3, [b"c"]))
+    assert [m.offset for m in positions.take("t", 0, 0, answer)] == [3]
+    assert positions.next[("t", 0)] == 8
+    request = _fetch_request(RouteTable("http://h"), "t", 0, 8, 1024, 0, 1.0, committed=True)
+    assert request["params"]["isolation"] == "read_committed"
+    assert "isolation" not in _fetch_request(RouteTable("http://h"), "t", 0, 8, 1024, 0, 1.0)["params"]

@@ -49,6 +49,7 @@ def fed(log: list[Batch]) -> PartitionTransactions:
             state.appended(b.producer_id, b.base_offset, transactional=b.transactional)
         else:
             state.ended(b.producer_id, b.base_offset, committed=b.committed)
+    state.durable(log[-1].offsets.stop if log else 0)
     return state
 
 
@@ -115,7 +116,19 @@ def test_a_state_rebuilt_from_the_log_is_the_same(log: list[Batch]) -> None:
 def test_an_abort_for_a_producer_with_nothing_open_here_changes_nothing() -> None:
     state = PartitionTransactions()
     state.ended(5, 0, committed=False)
+    state.durable(1)
     assert state.aborted == [] and state.last_stable_offset(1) == 1
+
+
+def test_a_marker_decides_only_once_durable_and_the_next_transaction_opens_after_it() -> None:
+    state = PartitionTransactions()
+    state.appended(7, 0, transactional=True)
+    state.ended(7, 2, committed=False)  # stored, not flushed: a failed flush would take it back
+    state.appended(7, 3, transactional=True)  # the producer's next transaction, right after the marker
+    assert state.last_stable_offset(4) == 0 and state.aborted == []
+    state.durable(3)
+    assert state.aborted == [AbortedTransaction(2, 0, 7)]
+    assert state.last_stable_offset(4) == 3 and state.open == {7: 3}
 
 
 def test_retention_forgets_the_aborted_transactions_that_ended_below_the_start() -> None:
@@ -123,6 +136,7 @@ def test_retention_forgets_the_aborted_transactions_that_ended_below_the_start()
     for pid, first, marker in [(1, 0, 3), (2, 4, 8), (3, 9, 12)]:
         state.appended(pid, first, transactional=True)
         state.ended(pid, marker, committed=False)
+    state.durable(13)
     state.appended(4, 13, transactional=True)
     state.forget_below(8)
     assert [t.producer_id for t in state.aborted] == [2, 3] and state.is_open(4)

@@ -1,0 +1,50 @@
+"""Transaction markers: a transaction's coordinator closes it on each partition it named, on the partition's
+owner, wherever it is (the shape of ``server.messaging.fence``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from server.broker import Broker, NotOwnerError
+from server.messaging.caller import Caller
+from server.messaging.forwarder import JSON, answer_of, call_partition
+from talos._control import ControlType, Marker
+
+__all__ = ["marker_body", "write_marker"]
+
+
+def marker_body(marker: Marker) -> dict[str, Any]:
+    """A marker as the JSON body of ``POST .../txn-markers``."""
+    return {
+        "producer_id": marker.producer_id,
+        "producer_epoch": marker.producer_epoch,
+        "commit": marker.type is ControlType.COMMIT,
+        "coordinator_epoch": marker.coordinator_epoch,
+    }
+
+
+async def write_marker(broker: Broker, caller: Caller, topic: str, partition: int, marker: Marker) -> dict[str, Any]:
+    """Write ``marker`` on the partition, here or at its owner; answered once it is durable there (its offset
+    and the partition's marks). The owner's refusal (an older epoch or coordinator) comes back as an ApiError."""
+    try:
+        loaded = await broker.partition(topic, partition)
+    except NotOwnerError as exc:
+        reply = await call_partition(
+            broker.forwarder,
+            caller,
+            exc.owner,
+            "POST",
+            topic,
+            partition,
+            "txn-markers",
+            query={},
+            body=orjson.dumps(marker_body(marker)),
+            content_type=JSON,
+            client=False,
+            route=False,
+        )
+        return answer_of(reply)
+    result = await loaded.write_marker(marker)
+    return {"partition": loaded.index, "offset": result.base_offset, **result.marks()}

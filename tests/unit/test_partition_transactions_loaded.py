@@ -1,0 +1,193 @@
+"""Transactions on a loaded partition (``LoadedPartition``): transactional batches hold the last stable offset
+(LSO) until their marker is durable; read-committed fetches stop there and leave out aborted transactions'
+batches but not the markers; a load rebuilds all of it from the log. A real partition log on a local
+directory, whose flushes the test can hold or fail (``tests.unit.test_group_commit``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from fencing import DirectoryEpochSource, LogConfig, PartitionLog
+from server.errors import ApiError
+from server.partition.executor import AffinityExecutor
+from server.partition.loaded import LoadedPartition, load_partition_state
+from server.partition.tailcache import TailCache
+from talos import RecordData, decode_records, encode_batch, iter_batches
+from talos._codec import TRANSACTIONAL
+from talos._control import ControlType, Marker, marker_batch
+from tests.unit.test_group_commit import GatedFileSystem, _partition, _until, gated, pools
+
+__all__ = ["gated", "pools"]  # fixtures used by name
+
+Pools = tuple[AffinityExecutor, AffinityExecutor]
+
+
+def _txn(value: bytes, pid: int, sequence: int, epoch: int = 0) -> bytearray:
+    return bytearray(
+        encode_batch(
+            [RecordData(value, b"k")],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+            attributes=TRANSACTIONAL,
+        )
+    )
+
+
+def _plain(value: bytes) -> bytearray:
+    return bytearray(encode_batch([RecordData(value, b"k")]))
+
+
+def _values(batches: list[bytes | bytearray]) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    for buffer in batches:
+        for position, header in iter_batches(buffer):
+            if not header.control:
+                out.extend(r.value for r in decode_records(buffer, position))
+    return out
+
+
+def _offsets(batches: list[bytes | bytearray]) -> list[int]:
+    return [header.base_offset for buffer in batches for _, header in iter_batches(buffer)]
+
+
+def test_read_committed_stops_at_the_open_transaction_and_skips_an_aborted_one(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+        await p.produce(_plain(b"a"))  # 0
+        await p.produce(_txn(b"t1", 1, 0))  # 1: producer 1 opens a transaction
+        await p.produce(_plain(b"b"))  # 2
+        await p.produce(_txn(b"t2", 2, 0))  # 3: producer 2 opens one
+        assert p.last_stable_offset == 1
+        uncommitted = await p.fetch(0, 1 << 20, 0)
+        assert _values(uncommitted.batches) == [b"a", b"t1", b"b", b"t2"]
+        committed = await p.fetch(0, 1 << 20, 0, committed=True)
+        assert _values(committed.batches) == [b"a"] and committed.last_stable_offset == 1
+        await p.write_marker(Marker(1, 0, ControlType.ABORT, 0))  # 4
+        assert p.last_stable_offset == 3
+        committed = await p.fetch(0, 1 << 20, 0, committed=True)
+        assert _values(committed.batches) == [b"a", b"b"]
+        assert _offsets(committed.batches) == [0, 2]  # the marker at 4 is past the LSO (3)
+        await p.write_marker(Marker(2, 0, ControlType.COMMIT, 0))  # 5
+        committed = await p.fetch(0, 1 << 20, 0, committed=True)
+        assert _values(committed.batches) == [b"a", b"b", b"t2"]
+        assert _offsets(committed.batches) == [0, 2, 3, 4, 5]  # both markers given: readers step over them
+        assert committed.last_stable_offset == committed.high_watermark == 6
+        # From the aborted batch on: the reader is told where to go on from
+        tail = await p.fetch(1, 1 << 20, 0, committed=True)
+        assert _offsets(tail.batches)[0] == 2 and tail.next_offset == 6
+        # The producer's next batch outside a transaction is fine once it is closed
+        await p.produce(
+            bytearray(encode_batch([RecordData(b"c", b"k")], producer_id=1, producer_epoch=0, base_sequence=1))
+        )
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_outside_the_open_transaction_and_a_producers_control_batch_are_refused(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+        await p.produce(_txn(b"t", 1, 0))
+        plain = bytearray(encode_batch([RecordData(b"x")], producer_id=1, producer_epoch=0, base_sequence=1))
+        with pytest.raises(ApiError) as refused:
+            await p.produce(plain)
+        assert refused.value.code == "INVALID_TXN_STATE"
+
+        with pytest.raises(ApiError) as control:
+            await p.produce(bytearray(marker_batch(Marker(1, 0, ControlType.COMMIT, 0), timestamp_ms=0)))
+        assert control.value.code == "CORRUPT_BATCH"
+        assert p.log.next_offset == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_marker_counts_only_once_durable_and_a_long_poll_waits_for_it(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+        await p.produce(_txn(b"t", 1, 0))
+        poll = asyncio.create_task(p.fetch(0, 1 << 20, 5000, committed=True))
+        await asyncio.sleep(0.05)
+        assert not poll.done()  # offset 0 is durable but not decided
+        gated.gate.clear()
+        marker = asyncio.create_task(p.write_marker(Marker(1, 0, ControlType.COMMIT, 0)))
+        await _until(lambda: p.log.next_offset == 2)
+        # Stored, not flushed: the transaction still holds the LSO; the producer's next one opens after it
+        next_txn = asyncio.create_task(p.produce(_txn(b"u", 1, 1)))
+        await _until(lambda: p.log.next_offset == 3)
+        assert p.last_stable_offset == 0 and not poll.done()
+        gated.gate.set()
+        await marker
+        await next_txn
+        got = await poll
+        assert _values(got.batches) == [b"t"] and p.last_stable_offset == 2
+
+    asyncio.run(scenario())
+
+
+def test_markers_from_an_older_epoch_or_coordinator_are_refused(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+        await p.produce(_txn(b"t", 1, 0, epoch=3))
+        with pytest.raises(ApiError) as stale:
+            await p.write_marker(Marker(1, 2, ControlType.COMMIT, 0))
+        assert stale.value.code == "PRODUCER_FENCED"
+        await p.write_marker(Marker(1, 4, ControlType.ABORT, 7))  # a bumped epoch: fences 3 (KIP-890 part 2)
+        with pytest.raises(ApiError) as older:
+            await p.write_marker(Marker(1, 4, ControlType.ABORT, 6))
+        assert older.value.code == "TRANSACTION_COORDINATOR_FENCED"
+        with pytest.raises(ApiError) as late:
+            await p.produce(_txn(b"late", 1, 1, epoch=3))  # the old transaction's late batch
+        assert late.value.code == "PRODUCER_FENCED"
+        assert _values((await p.fetch(0, 1 << 20, 0, committed=True)).batches) == []
+
+    asyncio.run(scenario())
+
+
+def test_a_load_rebuilds_the_lso_and_the_aborted_transactions(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+        await p.produce(_txn(b"aborted", 1, 0))
+        await p.write_marker(Marker(1, 0, ControlType.ABORT, 0))
+        await p.produce(_plain(b"plain"))
+        await p.produce(_txn(b"open", 2, 0))
+        await p.close()
+
+    asyncio.run(scenario())
+    directory = str(tmp_path / "t-0")
+    plog = PartitionLog.open(gated, directory, DirectoryEpochSource(gated, directory), config=LogConfig())
+    state = load_partition_state(plog, 1 << 20)
+    writes, reads = pools
+    p = LoadedPartition(
+        "t",
+        0,
+        plog,
+        TailCache(1 << 20).partition("t", 0),
+        writes.for_key("t-0"),
+        reads.for_key("t-0"),
+        group_commit=True,
+        producers=state.producers,
+        transactions=state.transactions,
+    )
+
+    async def reloaded() -> None:
+        assert p.last_stable_offset == 3
+        got = await p.fetch(0, 1 << 20, 0, committed=True)
+        assert _values(got.batches) == [b"plain"]
+        await p.write_marker(Marker(2, 0, ControlType.COMMIT, 0))
+        assert _values((await p.fetch(0, 1 << 20, 0, committed=True)).batches) == [b"plain", b"open"]
+        await p.close()
+
+    asyncio.run(reloaded())

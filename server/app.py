@@ -40,6 +40,7 @@ from server.portal import pages as portal_pages
 from server.portal.headers import PortalHeaders
 from server.subscriptions import SubscriptionCoordinator
 from server.trace.service import TraceService
+from server.transactions.coordinator import TransactionCoordinator
 from server.usage.emitter import UsageEmitter
 
 __all__ = ["Shutdown", "StartupAborted", "create_app", "create_asgi"]
@@ -134,7 +135,10 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         app.state.storage_check = StorageCheck(lambda: broker.fs.exists(broker.root))
         app.state.coordinator = coordinator = GroupCoordinator(broker)
         app.state.subscriptions = subscriptions = SubscriptionCoordinator(broker)
-        maintenance = asyncio.get_running_loop().create_task(_maintain(broker, coordinator, subscriptions))
+        app.state.transactions = transactions = TransactionCoordinator(broker)
+        broker.transaction_verifier = transactions  # partitions ask it before opening a transaction
+        maintaining = _maintain(broker, coordinator, subscriptions, transactions)
+        maintenance = asyncio.get_running_loop().create_task(maintaining)
         refreshing = asyncio.get_running_loop().create_task(broker.security.run())
         emitter = UsageEmitter(broker, broker.usage)
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
@@ -212,7 +216,12 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     return app
 
 
-async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions: SubscriptionCoordinator) -> None:
+async def _maintain(
+    broker: Broker,
+    coordinator: GroupCoordinator,
+    subscriptions: SubscriptionCoordinator,
+    transactions: TransactionCoordinator,
+) -> None:
     while True:
         await asyncio.sleep(broker.config.maintenance_interval_s)
         started = time.monotonic()
@@ -221,6 +230,7 @@ async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions
             await broker.maintain()
             await coordinator.maintain()
             await subscriptions.maintain()
+            await transactions.maintain()  # transactions open past their timeout: aborted
         except (KazooException, ApiError, LogError) as exc:  # ZooKeeper or the storage away: next time
             log.warning("maintenance stopped early, retried in %g s: %r", broker.config.maintenance_interval_s, exc)
         except Exception:

@@ -43,6 +43,7 @@ from server.partition.executor import AffinityExecutor
 from server.partition.loaded import LoadedPartition, PartitionState, as_api_error, load_partition_state
 from server.partition.producer_ids import ProducerIds, StorageProducerIds
 from server.partition.tailcache import TailCache
+from server.partition.transactions import Verifier
 from server.peers import Forwarder
 from server.security.guard import Security
 from server.security.store import SecurityStore
@@ -109,6 +110,9 @@ class Broker:
         # Called after the ring moved partitions away or the session was lost: whatever else this server
         # serves by the ring (group coordination) lets go of what it no longer owns.
         self.ownership_listeners: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        # Transactions' coordinator, as partitions ask it (KIP-890 part 1): plugged in by the app's assembly
+        # (it sits above the broker). None: transactional batches are refused.
+        self.transaction_verifier: Verifier | None = None
         self._remove_collector: Callable[[], None] = lambda: None
 
     @classmethod

@@ -417,12 +417,17 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     A compressed batch (``flags`` 1-4) is not decompressed: its CRC, header and producer fields are checked,
     and its count against the most a reader decompresses; its records are checked where they are read."""
     header = verify_batch(buf, pos)
-    if header.flags not in _CODECS:
-        raise CorruptBatchError(f"unsupported flags {header.flags:#x} (bits 0-2 name the compression, 0-4)")
+    if header.flags & ~TRANSACTIONAL not in _CODECS:
+        raise CorruptBatchError(
+            f"unsupported flags {header.flags:#x} (bits 0-2 name the compression, 0-4; bit 4 a transaction's "
+            "batch; markers are written by coordinators only)"
+        )
+    if header.transactional and (header.producer_id < 0 or header.base_sequence < 0):
+        raise CorruptBatchError("a transactional batch needs its producer id, epoch and sequence")
     count = header.record_count
     # The records must fit the batch (refused before walking an absurd count) or, compressed, what a reader
     # decompresses at most: the offsets a false count would take are refused without decompressing.
-    room = MAX_DECOMPRESSED_SIZE if header.flags else header.length - HEADER_SIZE
+    room = MAX_DECOMPRESSED_SIZE if header.codec else header.length - HEADER_SIZE
     if count > room // MIN_RECORD_SIZE:
         raise CorruptBatchError(f"record_count {count} cannot fit in {room} bytes of records")
     if header.producer_id >= 0:
@@ -434,7 +439,7 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
             )
     elif header.producer_id != -1:
         raise CorruptBatchError(f"producer_id {header.producer_id} is neither -1 nor an id")
-    if not header.flags:  # a compressed section is walked by its readers, once decompressed
+    if not header.codec:  # a compressed section is walked by its readers, once decompressed
         walk_records(buf, pos + HEADER_SIZE, pos + header.length, count)
     return header
 

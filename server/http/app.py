@@ -31,6 +31,7 @@ from server.http.routes import groups as groups_routes
 from server.http.routes import security as security_routes
 from server.http.routes import subscriptions as subscriptions_routes
 from server.http.routes import trace as trace_routes
+from server.http.routes import transactions as transactions_routes
 from server.http.routes.security import principal
 from server.messaging import producers as producer_service
 from server.messaging import topics as topic_service
@@ -543,4 +544,5 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
     app.include_router(connector_offsets.router)
     app.include_router(trace_routes.router)
     app.include_router(compaction_routes.router)
+    app.include_router(transactions_routes.router)
     openapi.install(app)

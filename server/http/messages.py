@@ -256,7 +256,10 @@ async def _produce_batches(
         view = memoryview(body)  # one copy per batch (into the bytearray the log patches), not two
         batches = [bytearray(view[p : p + n]) for p, n, _ in spans]
     records = sum(count for *_, count in spans)
-    answers = await store_batches(broker, loaded, caller, batches, records=records, durable=durable)
+    transactional_id = query.get("transactional_id")
+    answers = await store_batches(
+        broker, loaded, caller, batches, records=records, durable=durable, transactional_id=transactional_id
+    )
     results = [
         {
             "partition": partition,

@@ -4,6 +4,7 @@ and paid, metered, traced), or handed to the owner when the partition is another
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from server import metrics
 from server.broker import Broker, NotOwnerError
@@ -30,12 +31,14 @@ async def store_batches(
     records: int,
     durable: bool,
     appended: asyncio.Future[None] | None = None,
+    transactional_id: str | None = None,
 ) -> list[ProduceResult]:
     """Store validated batches on this partition's owner, as ``caller``: its idempotent producer ids checked,
     its quotas admitted and paid, metered, traced. One implementation for REST's binary produce and the Kafka
     listener. With ``appended`` (the Kafka listener's pipelined requests, which must reach the log in the order
     they were sent), each batch is appended before the next is handed over, and ``appended`` is resolved once
-    the last one is (or the request failed); else all are handed over at once."""
+    the last one is (or the request failed); else all are handed over at once. Transactional batches name
+    their ``transactional_id``: its coordinator is asked before one opens a transaction here."""
     topic, partition = loaded.topic, loaded.index
     size = sum(len(b) for b in batches)
     if broker.security.enabled and caller.tenant is not None:
@@ -47,25 +50,56 @@ async def store_batches(
         if buckets:
             await pay(buckets, size)
         # Validated before (batch_spans, the Kafka codec): the log need not check the CRC a second time.
+        check = None if transactional_id is None else _asker(broker, caller, loaded, transactional_id)
         if appended is not None:
-            answers = await _in_order(loaded, batches, durable, appended)
+            answers = await _in_order(loaded, batches, durable, appended, check)
         elif len(batches) == 1:
-            answers = [await loaded.produce(batches[0], durable=durable, verify=False)]
+            batch = batches[0]
+            answers = [await loaded.produce(batch, durable=durable, verify=False, in_transaction=_ask(check, batch))]
         else:
-            answers = list(await asyncio.gather(*(loaded.produce(b, durable=durable, verify=False) for b in batches)))
+            stores = (loaded.produce(b, durable=durable, verify=False, in_transaction=_ask(check, b)) for b in batches)
+            answers = list(await asyncio.gather(*stores))
     _trace_produced(broker, topic, partition, batches, answers, caller, durable)
     metrics.produced(topic, records, size)
     return answers
 
 
+_Asker = Callable[[int, int], Awaitable[bool]]
+
+
+def _asker(broker: Broker, caller: Caller, loaded: LoadedPartition, transactional_id: str) -> _Asker | None:
+    """How this partition asks the transaction's coordinator whether it is in the producer's transaction."""
+    verifier = broker.transaction_verifier
+    if verifier is None:
+        return None
+
+    def asked(producer_id: int, epoch: int) -> Awaitable[bool]:
+        return verifier.in_transaction(caller.tenant, transactional_id, producer_id, epoch, loaded.topic, loaded.index)
+
+    return asked
+
+
+def _ask(asker: _Asker | None, batch: bytearray) -> Callable[[], Awaitable[bool]] | None:
+    if asker is None:
+        return None
+    header = read_header(batch, 0)
+    return lambda: asker(header.producer_id, header.producer_epoch)
+
+
 async def _in_order(
-    loaded: LoadedPartition, batches: list[bytearray], durable: bool, appended: asyncio.Future[None]
+    loaded: LoadedPartition,
+    batches: list[bytearray],
+    durable: bool,
+    appended: asyncio.Future[None],
+    check: _Asker | None,
 ) -> list[ProduceResult]:
     stores: list[asyncio.Future[ProduceResult]] = []
     try:
         for batch in batches:
             each: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            stores.append(asyncio.ensure_future(loaded.produce(batch, durable=durable, verify=False, appended=each)))
+            asked = _ask(check, batch)
+            store = loaded.produce(batch, durable=durable, verify=False, appended=each, in_transaction=asked)
+            stores.append(asyncio.ensure_future(store))
             await asyncio.wait((each, stores[-1]), return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not appended.done():

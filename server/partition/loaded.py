@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -171,6 +171,7 @@ class LoadedPartition:
         self.log = log
         self.producers = producers or ProducerStates()
         self.transactions = transactions or PartitionTransactions()
+        self._markers: dict[int, int] = {}  # producer id -> markers stored since this load
         self._epochs = epochs
         self._verified: set[int] = set()  # producer ids whose newest epoch this load asked the allocator for
         self.version = version
@@ -206,12 +207,18 @@ class LoadedPartition:
         durable: bool = True,
         verify: bool = True,
         appended: asyncio.Future[None] | None = None,
+        in_transaction: Callable[[], Awaitable[bool]] | None = None,
     ) -> ProduceResult:
         """Store one batch: offsets are assigned here, on the event loop (a header read, the producer check and
         a copy into the log's pending buffer); only the flush of the whole group goes to an I/O thread.
         ``appended`` is resolved once the batch has its place in the log, before it is durable: what a caller
         with requests that must stay in order waits for before handing over the next (a refused batch ends
-        this call instead, so such a caller waits for either)."""
+        this call instead, so such a caller waits for either).
+
+        A transactional batch that would open its producer's transaction here is stored only if
+        ``in_transaction`` (the coordinator's answer, KIP-890 part 1) says this partition is in the producer's
+        open transaction, and no marker of the producer was stored meanwhile: a late batch of a transaction
+        already decided would otherwise open one no coordinator knows of, holding the LSO for ever."""
         try:
             header = read_header(batch, whole=False)
         except BatchError as exc:
@@ -228,10 +235,15 @@ class LoadedPartition:
             if newest is not None:
                 self.producers.fence(header.producer_id, newest)
             self._verified.add(header.producer_id)
+        markers = -1
+        if header.transactional and not self.transactions.is_open(header.producer_id):
+            markers = self._markers.get(header.producer_id, 0)
+            if in_transaction is None or not await in_transaction():
+                raise _not_in_transaction(self.topic, self.index, header.producer_id)
         if not self._group_commit:
             async with self._one_at_a_time:  # each request its own flush: appended only when its turn comes
-                return await self._store(header, batch, durable, verify, appended)
-        return await self._store(header, batch, durable, verify, appended)
+                return await self._store(header, batch, durable, verify, appended, markers)
+        return await self._store(header, batch, durable, verify, appended, markers)
 
     async def _check_keys(self, batch: bytearray, header: BatchHeader) -> None:
         """Refuse a batch with a record without a key (a compacted topic keeps the last value *per key*), as
@@ -249,7 +261,13 @@ class LoadedPartition:
             )
 
     async def _store(
-        self, header: BatchHeader, batch: bytearray, durable: bool, verify: bool, appended: asyncio.Future[None] | None
+        self,
+        header: BatchHeader,
+        batch: bytearray,
+        durable: bool,
+        verify: bool,
+        appended: asyncio.Future[None] | None,
+        markers: int = -1,
     ) -> ProduceResult:
         if self.abandoned is not None:
             raise as_api_error(self.abandoned)
@@ -262,6 +280,8 @@ class LoadedPartition:
                 base = verdict.base_offset
                 end = base + header.record_count if base >= 0 else -1
                 return ProduceResult(base, end, durable_offset, self.log.epoch, True, self.version)
+            if markers >= 0 and self._markers.get(header.producer_id, 0) != markers:
+                raise _not_in_transaction(self.topic, self.index, header.producer_id)  # decided since verified
             if not header.transactional and header.producer_id >= 0 and self.transactions.is_open(header.producer_id):
                 raise ApiError(
                     409,
@@ -328,6 +348,7 @@ class LoadedPartition:
         except (BatchError, LogError) as exc:
             raise as_api_error(exc) from None
         self.producers.record(header, base)  # its epoch fences the older ones (a bump per transaction)
+        self._markers[marker.producer_id] = self._markers.get(marker.producer_id, 0) + 1
         self.transactions.ended(
             marker.producer_id, base, committed=marker.committed, coordinator_epoch=marker.coordinator_epoch
         )
@@ -555,6 +576,15 @@ def _committed(
                 continue
             kept.append(bytes(view[position : position + header.length]))
     return FetchResult(kept, high, start, stable, after, listed)
+
+
+def _not_in_transaction(topic: str, index: int, producer_id: int) -> ApiError:
+    return ApiError(
+        409,
+        "INVALID_TXN_STATE",
+        f"producer {producer_id}'s transaction does not include {topic}/{index} (add the partition to the "
+        "transaction first), or it was already committed or aborted: abort and begin a new one",
+    )
 
 
 def _retrieve(future: asyncio.Future[int]) -> None:

@@ -23,8 +23,25 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-__all__ = ["AbortedTransaction", "PartitionTransactions"]
+__all__ = ["AbortedTransaction", "PartitionTransactions", "Verifier"]
+
+
+class Verifier(Protocol):
+    """KIP-890 part 1, the partition's question to the transaction's coordinator (wherever it is) before it
+    opens a transaction of a producer: is this partition in the producer's open transaction? Raises the
+    coordinator's refusal (a fenced epoch, an unknown id)."""
+
+    async def in_transaction(
+        self,
+        tenant: str | None,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+    ) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -52,11 +52,12 @@ def test_a_marker_batch_holds_its_transactions_end_in_kafkas_bytes(kind: Control
     assert ControlRecord.parse(record.key) == expected
 
 
-def test_producers_may_not_write_markers_or_transactional_batches_yet() -> None:
+def test_producers_write_transactional_batches_but_no_markers() -> None:
     with pytest.raises(CorruptBatchError):
         validate_batch(marker(0))
-    with pytest.raises(CorruptBatchError):
-        validate_batch(data_batch(0, [b"a"], transactional=True))
+    assert validate_batch(data_batch(0, [b"a"], transactional=True)).transactional
+    with pytest.raises(CorruptBatchError, match="producer id"):  # a transaction's batch is an idempotent one
+        validate_batch(encode_batch([RecordData(b"a")], attributes=TRANSACTIONAL))
     with pytest.raises(ValueError, match="not a flag"):
         encode_batch([RecordData(b"v")], attributes=0x40)  # not a flag of the format
 

@@ -37,6 +37,10 @@ def _txn(value: bytes, pid: int, sequence: int, epoch: int = 0) -> bytearray:
     )
 
 
+async def _yes() -> bool:
+    return True  # the coordinator's answer: the partition is in the producer's transaction
+
+
 def _plain(value: bytes) -> bytearray:
     return bytearray(encode_batch([RecordData(value, b"k")]))
 
@@ -60,9 +64,9 @@ def test_read_committed_stops_at_the_open_transaction_and_skips_an_aborted_one(
     async def scenario() -> None:
         p = _partition(tmp_path, pools, gated, group_commit=True)
         await p.produce(_plain(b"a"))  # 0
-        await p.produce(_txn(b"t1", 1, 0))  # 1: producer 1 opens a transaction
+        await p.produce(_txn(b"t1", 1, 0), in_transaction=_yes)  # 1: producer 1 opens a transaction
         await p.produce(_plain(b"b"))  # 2
-        await p.produce(_txn(b"t2", 2, 0))  # 3: producer 2 opens one
+        await p.produce(_txn(b"t2", 2, 0), in_transaction=_yes)  # 3: producer 2 opens one
         assert p.last_stable_offset == 1
         uncommitted = await p.fetch(0, 1 << 20, 0)
         assert _values(uncommitted.batches) == [b"a", b"t1", b"b", b"t2"]
@@ -94,7 +98,7 @@ def test_a_batch_outside_the_open_transaction_and_a_producers_control_batch_are_
 ) -> None:
     async def scenario() -> None:
         p = _partition(tmp_path, pools, gated, group_commit=True)
-        await p.produce(_txn(b"t", 1, 0))
+        await p.produce(_txn(b"t", 1, 0), in_transaction=_yes)
         plain = bytearray(encode_batch([RecordData(b"x")], producer_id=1, producer_epoch=0, base_sequence=1))
         with pytest.raises(ApiError) as refused:
             await p.produce(plain)
@@ -113,7 +117,7 @@ def test_a_marker_counts_only_once_durable_and_a_long_poll_waits_for_it(
 ) -> None:
     async def scenario() -> None:
         p = _partition(tmp_path, pools, gated, group_commit=True)
-        await p.produce(_txn(b"t", 1, 0))
+        await p.produce(_txn(b"t", 1, 0), in_transaction=_yes)
         poll = asyncio.create_task(p.fetch(0, 1 << 20, 5000, committed=True))
         await asyncio.sleep(0.05)
         assert not poll.done()  # offset 0 is durable but not decided
@@ -121,7 +125,7 @@ def test_a_marker_counts_only_once_durable_and_a_long_poll_waits_for_it(
         marker = asyncio.create_task(p.write_marker(Marker(1, 0, ControlType.COMMIT, 0)))
         await _until(lambda: p.log.next_offset == 2)
         # Stored, not flushed: the transaction still holds the LSO; the producer's next one opens after it
-        next_txn = asyncio.create_task(p.produce(_txn(b"u", 1, 1)))
+        next_txn = asyncio.create_task(p.produce(_txn(b"u", 1, 1), in_transaction=_yes))
         await _until(lambda: p.log.next_offset == 3)
         assert p.last_stable_offset == 0 and not poll.done()
         gated.gate.set()
@@ -138,7 +142,7 @@ def test_markers_from_an_older_epoch_or_coordinator_are_refused(
 ) -> None:
     async def scenario() -> None:
         p = _partition(tmp_path, pools, gated, group_commit=True)
-        await p.produce(_txn(b"t", 1, 0, epoch=3))
+        await p.produce(_txn(b"t", 1, 0, epoch=3), in_transaction=_yes)
         with pytest.raises(ApiError) as stale:
             await p.write_marker(Marker(1, 2, ControlType.COMMIT, 0))
         assert stale.value.code == "PRODUCER_FENCED"
@@ -147,7 +151,7 @@ def test_markers_from_an_older_epoch_or_coordinator_are_refused(
             await p.write_marker(Marker(1, 4, ControlType.ABORT, 6))
         assert older.value.code == "TRANSACTION_COORDINATOR_FENCED"
         with pytest.raises(ApiError) as late:
-            await p.produce(_txn(b"late", 1, 1, epoch=3))  # the old transaction's late batch
+            await p.produce(_txn(b"late", 1, 1, epoch=3), in_transaction=_yes)  # the old transaction's late batch
         assert late.value.code == "PRODUCER_FENCED"
         assert _values((await p.fetch(0, 1 << 20, 0, committed=True)).batches) == []
 
@@ -159,10 +163,10 @@ def test_a_load_rebuilds_the_lso_and_the_aborted_transactions(
 ) -> None:
     async def scenario() -> None:
         p = _partition(tmp_path, pools, gated, group_commit=True)
-        await p.produce(_txn(b"aborted", 1, 0))
+        await p.produce(_txn(b"aborted", 1, 0), in_transaction=_yes)
         await p.write_marker(Marker(1, 0, ControlType.ABORT, 0))
         await p.produce(_plain(b"plain"))
-        await p.produce(_txn(b"open", 2, 0))
+        await p.produce(_txn(b"open", 2, 0), in_transaction=_yes)
         await p.close()
 
     asyncio.run(scenario())
@@ -191,3 +195,40 @@ def test_a_load_rebuilds_the_lso_and_the_aborted_transactions(
         await p.close()
 
     asyncio.run(reloaded())
+
+
+def test_a_transactional_batch_opens_a_transaction_only_if_its_coordinator_says_the_partition_is_in_it(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+
+        async def no() -> bool:
+            return False
+
+        for answer in (None, no):
+            with pytest.raises(ApiError) as refused:
+                await p.produce(_txn(b"t", 1, 0), in_transaction=answer)
+            assert refused.value.code == "INVALID_TXN_STATE"
+        # The coordinator said yes, but the transaction was decided while it asked: the late batch is refused
+        # (else it would open a transaction no coordinator knows of)
+        release = asyncio.Event()
+
+        async def slow_yes() -> bool:
+            await release.wait()
+            return True
+
+        late = asyncio.create_task(p.produce(_txn(b"late", 1, 0), in_transaction=slow_yes))
+        await asyncio.sleep(0.01)
+        await p.write_marker(Marker(1, 0, ControlType.ABORT, 0))
+        release.set()
+        with pytest.raises(ApiError) as stale:
+            await late
+        assert stale.value.code == "INVALID_TXN_STATE"
+        assert p.last_stable_offset == p.log.durable_offset == 1  # only the marker
+        # Once open, later batches of the transaction do not ask again
+        await p.produce(_txn(b"a", 2, 0), in_transaction=_yes)
+        await p.produce(_txn(b"b", 2, 1), in_transaction=None)
+        assert p.last_stable_offset == 1
+
+    asyncio.run(scenario())

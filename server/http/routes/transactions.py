@@ -1,0 +1,199 @@
+"""REST for transactions: ``/v1/transactions/{transactional_id}/…``, what Kafka's InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn and EndTxn do. Any server answers; one that does not coordinate the id
+forwards the call to the one that does (the owner of the id's ``__transaction_state`` partition).
+
+A transactional id belongs to the caller's tenant (the id is kept per tenant: two tenants' ids of one name
+are two ids). A transaction may take only partitions its tenant may produce to, and a group's offsets only of
+a group its tenant may use."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from server.broker import Broker
+from server.groups.coordinator import validate_group_name
+from server.groups.offsets import OFFSETS_TOPIC, offsets_partition
+from server.http.forwarding import relay
+from server.http.routes.security import principal
+from server.messaging.authorization import authorize_message, may_use_group
+from server.topics import MAX_PARTITIONS
+from server.transactions.coordinator import TransactionCoordinator, validate_transactional_id
+from server.web import INT64_MAX, body_schema, json_response, parse_body, read_body
+
+__all__ = ["router"]
+
+_MAX_BODY = 1024 * 1024
+router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
+
+
+class Producer(BaseModel):
+    producer_id: int = Field(ge=0, le=INT64_MAX, strict=True)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
+
+
+class InitRequest(BaseModel):
+    timeout_ms: int = Field(
+        60_000, ge=1, le=15 * 60 * 1000, description="a transaction open longer than this is aborted"
+    )
+    producer_id: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="resume this instance (with producer_epoch) instead of a new one"
+    )
+    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1)
+
+
+class PartitionRef(BaseModel):
+    topic: str
+    partition: int = Field(ge=0, lt=MAX_PARTITIONS)
+
+
+class AddPartitionsRequest(Producer):
+    partitions: list[PartitionRef] = Field(min_length=1, max_length=10_000)
+
+
+class AddGroupRequest(Producer):
+    group: str = Field(description="the consumer group whose offsets the transaction commits")
+
+
+class EndRequest(Producer):
+    commit: bool = Field(description="true: commit; false: abort")
+
+
+class VerifyRequest(Producer):
+    tenant: str | None = None
+    topic: str
+    partition: int = Field(ge=0, lt=MAX_PARTITIONS)
+
+
+def _coordinator(request: Request) -> TransactionCoordinator:
+    coordinator: TransactionCoordinator = request.app.state.transactions
+    return coordinator
+
+
+def _tenant(request: Request) -> str | None:
+    broker: Broker = request.app.state.broker
+    return principal(request).tenant if broker.security.enabled else None
+
+
+async def _at_coordinator(
+    request: Request,
+    transactional_id: str,
+    handle: Callable[[TransactionCoordinator, bytes, str | None], Awaitable[Response]],
+    *,
+    tenant: str | None = None,
+) -> Response:
+    """Run ``handle`` here if this server coordinates the id, else forward the request to the one that does."""
+    validate_transactional_id(transactional_id)
+    raw = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
+    coordinator = _coordinator(request)
+    tenant = tenant if tenant is not None else _tenant(request)
+    owner = await coordinator.owner(tenant, transactional_id)
+    if owner.local:
+        return await handle(coordinator, raw, tenant)
+    broker: Broker = request.app.state.broker
+    return await relay(broker.forwarder, owner, request, raw)
+
+
+@router.post(
+    "/{transactional_id}/init",
+    summary="Start (or take over) a transactional id: its producer id and a new epoch, which fences older ones",
+    openapi_extra=body_schema(InitRequest),
+)
+async def init(transactional_id: str, request: Request) -> Response:
+    async def handle(coordinator: TransactionCoordinator, raw: bytes, tenant: str | None) -> Response:
+        body = parse_body(InitRequest, raw)
+        expected = None
+        if body.producer_id is not None and body.producer_epoch is not None:
+            expected = (body.producer_id, body.producer_epoch)
+        pid, epoch = await coordinator.init(tenant, transactional_id, timeout_ms=body.timeout_ms, expected=expected)
+        return json_response({"producer_id": pid, "producer_epoch": epoch})
+
+    return await _at_coordinator(request, transactional_id, handle)
+
+
+@router.post(
+    "/{transactional_id}/partitions",
+    summary="Add partitions to the open transaction (before producing to them)",
+    openapi_extra=body_schema(AddPartitionsRequest),
+)
+async def add_partitions(transactional_id: str, request: Request) -> Response:
+    async def handle(coordinator: TransactionCoordinator, raw: bytes, tenant: str | None) -> Response:
+        body = parse_body(AddPartitionsRequest, raw)
+        broker: Broker = request.app.state.broker
+        who = principal(request)
+        for ref in body.partitions:
+            authorize_message(broker, who, ref.topic, "produce")
+            broker.check_partition(ref.topic, ref.partition)
+        wanted = [(ref.topic, ref.partition) for ref in body.partitions]
+        await coordinator.add_partitions(tenant, transactional_id, body.producer_id, body.producer_epoch, wanted)
+        return json_response({"partitions": len(wanted)})
+
+    return await _at_coordinator(request, transactional_id, handle)
+
+
+@router.post(
+    "/{transactional_id}/groups",
+    summary="Add a consumer group's offsets to the open transaction (before committing them in it)",
+    openapi_extra=body_schema(AddGroupRequest),
+)
+async def add_group(transactional_id: str, request: Request) -> Response:
+    async def handle(coordinator: TransactionCoordinator, raw: bytes, tenant: str | None) -> Response:
+        body = parse_body(AddGroupRequest, raw)
+        validate_group_name(body.group)
+        broker: Broker = request.app.state.broker
+        await may_use_group(broker.security, principal(request), body.group, "tenant")
+        partitions = broker.config.group_offsets_partitions
+        offsets = (OFFSETS_TOPIC, offsets_partition(body.group, partitions))
+        await coordinator.add_partitions(tenant, transactional_id, body.producer_id, body.producer_epoch, [offsets])
+        return json_response({"group": body.group})
+
+    return await _at_coordinator(request, transactional_id, handle)
+
+
+@router.post(
+    "/{transactional_id}/end",
+    summary="Commit or abort the open transaction: decided when answered; the next epoch to use is returned",
+    openapi_extra=body_schema(EndRequest),
+)
+async def end(transactional_id: str, request: Request) -> Response:
+    async def handle(coordinator: TransactionCoordinator, raw: bytes, tenant: str | None) -> Response:
+        body = parse_body(EndRequest, raw)
+        pid, epoch = await coordinator.end(
+            tenant, transactional_id, body.producer_id, body.producer_epoch, commit=body.commit, bump=True
+        )
+        return json_response({"producer_id": pid, "producer_epoch": epoch, "committed": body.commit})
+
+    return await _at_coordinator(request, transactional_id, handle)
+
+
+@router.post(
+    "/{transactional_id}/verify",
+    summary="Whether a partition is in the producer's open transaction (a partition's owner asks; admin only)",
+    openapi_extra=body_schema(VerifyRequest),
+)
+async def verify(transactional_id: str, request: Request) -> Response:
+    broker: Broker = request.app.state.broker
+    broker.security.require_admin(principal(request))
+    raw = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
+    body = parse_body(VerifyRequest, raw)
+    coordinator = _coordinator(request)
+    found = await coordinator.in_transaction(
+        body.tenant, transactional_id, body.producer_id, body.producer_epoch, body.topic, body.partition
+    )
+    return json_response({"in_transaction": found})
+
+
+@router.get("/{transactional_id}", summary="Describe: state, producer id and epoch, partitions, start time")
+async def describe(transactional_id: str, request: Request) -> Response:
+    async def handle(coordinator: TransactionCoordinator, _raw: bytes, tenant: str | None) -> Response:
+        return json_response(await coordinator.describe(tenant, transactional_id))
+
+    return await _at_coordinator(request, transactional_id, handle)
+
+
+@router.get("", summary="The transactional ids this server coordinates (the caller's tenant's)")
+async def list_transactions(request: Request) -> Response:
+    return json_response({"transactions": _coordinator(request).coordinated(_tenant(request))})

@@ -1,0 +1,183 @@
+"""Transactions over REST against a real standalone server: a transaction's batches are invisible to
+read-committed readers until it commits, an aborted one's never are (its marker's offset still counts), the
+last stable offset holds while one is open, a new instance fences the old one and aborts its open
+transaction, a batch outside the transaction is refused, and one open past its timeout is aborted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from server.devservices import StandaloneServer
+from talos import RecordData, encode_batch
+from talos._codec import TRANSACTIONAL
+from tests.helpers import running_standalone
+
+BATCH = "application/vnd.talos.batch"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
+    env = {"TALOS_MAINTENANCE_INTERVAL_S": "0.2"}
+    with running_standalone(tmp_path_factory.mktemp("transactions") / "data", env=env) as running:
+        yield running
+
+
+class Txn:
+    """One transactional id's REST calls, as a client would make them."""
+
+    def __init__(self, client: httpx.Client, tid: str, timeout_ms: int = 60_000) -> None:
+        self.client, self.tid = client, tid
+        doc = self.call("init", timeout_ms=timeout_ms)
+        self.pid, self.epoch = doc["producer_id"], doc["producer_epoch"]
+        self.sequences: dict[tuple[str, int], int] = {}
+
+    def call(self, leaf: str, **body: Any) -> dict[str, Any]:
+        answer = self.client.post(f"/v1/transactions/{self.tid}/{leaf}", json=body)
+        assert answer.status_code == 200, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+
+    def ids(self) -> dict[str, int]:
+        return {"producer_id": self.pid, "producer_epoch": self.epoch}
+
+    def add(self, topic: str, *partitions: int) -> None:
+        self.call("partitions", partitions=[{"topic": topic, "partition": p} for p in partitions], **self.ids())
+
+    def send(self, topic: str, partition: int, *values: bytes) -> httpx.Response:
+        sequence = self.sequences.get((topic, partition), 0)
+        batch = encode_batch(
+            [RecordData(v, b"k") for v in values],
+            producer_id=self.pid,
+            producer_epoch=self.epoch,
+            base_sequence=sequence,
+            attributes=TRANSACTIONAL,
+        )
+        answer = self.client.post(
+            f"/v1/topics/{topic}/partitions/{partition}/messages",
+            content=batch,
+            headers={"content-type": BATCH},
+            params={"transactional_id": self.tid},
+        )
+        if answer.status_code == 200:
+            self.sequences[(topic, partition)] = sequence + len(values)
+        return answer
+
+    def end(self, *, commit: bool) -> None:
+        doc = self.call("end", commit=commit, **self.ids())
+        self.pid, self.epoch = doc["producer_id"], doc["producer_epoch"]  # the next transaction's epoch
+        self.sequences.clear()
+
+
+def values(client: httpx.Client, topic: str, partition: int = 0, *, committed: bool = True) -> list[str]:
+    out: list[str] = []
+    offset = 0
+    params = {"isolation": "read_committed"} if committed else {}
+    while True:
+        doc = client.get(f"/v1/topics/{topic}/partitions/{partition}/messages", params={"offset": offset, **params})
+        doc.raise_for_status()
+        page = doc.json()
+        out += [m["value"] for m in page["messages"]]
+        if page["next_offset"] == offset:
+            return out
+        offset = page["next_offset"]
+
+
+def offsets(client: httpx.Client, topic: str, partition: int = 0) -> dict[str, int]:
+    answer = client.get(f"/v1/topics/{topic}/partitions/{partition}/offsets")
+    answer.raise_for_status()
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def make_topic(client: httpx.Client, name: str, partitions: int = 2) -> str:
+    client.post("/v1/topics", json={"name": name, "partitions": partitions}).raise_for_status()
+    return name
+
+
+def test_committed_and_aborted_transactions_across_partitions(server: StandaloneServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        topic = make_topic(client, "txn-basic")
+        txn = Txn(client, "writer-1")
+        txn.add(topic, 0, 1)
+        assert txn.send(topic, 0, b"a1", b"a2").status_code == 200
+        assert txn.send(topic, 1, b"b1").status_code == 200
+        client.post(f"/v1/topics/{topic}/partitions/0/messages", json={"messages": [{"value": "plain"}]})
+        # Open: read-committed readers see nothing of it, nor anything after it; read-uncommitted see all
+        assert values(client, topic, 0) == []
+        assert values(client, topic, 0, committed=False) == ["a1", "a2", "plain"]
+        assert offsets(client, topic, 0)["last_stable"] == 0 and offsets(client, topic, 0)["latest"] == 3
+        epoch = txn.epoch
+        txn.end(commit=True)
+        assert txn.epoch == epoch + 1  # a bump per transaction: the late messages of this one are fenced
+        assert values(client, topic, 0) == ["a1", "a2", "plain"]
+        assert values(client, topic, 1) == ["b1"]
+        # An aborted transaction: never seen, its marker's offset counted
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"gone").status_code == 200
+        txn.end(commit=False)
+        assert values(client, topic, 0) == ["a1", "a2", "plain"]
+        assert offsets(client, topic, 0)["last_stable"] == offsets(client, topic, 0)["latest"] == 6
+        described = client.get(f"/v1/transactions/{txn.tid}").json()
+        assert described["state"] == "CompleteAbort" and described["producer_epoch"] == txn.epoch
+
+
+def test_a_batch_to_a_partition_outside_the_transaction_is_refused(server: StandaloneServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        topic = make_topic(client, "txn-outside")
+        txn = Txn(client, "writer-outside")
+        txn.add(topic, 0)
+        refused = txn.send(topic, 1, b"x")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "INVALID_TXN_STATE"
+        no_id = client.post(
+            f"/v1/topics/{topic}/partitions/0/messages",
+            content=encode_batch(
+                [RecordData(b"y")],
+                producer_id=txn.pid,
+                producer_epoch=txn.epoch,
+                base_sequence=0,
+                attributes=TRANSACTIONAL,
+            ),
+            headers={"content-type": BATCH},
+        )
+        assert no_id.status_code == 409
+        txn.end(commit=True)
+        assert offsets(client, topic, 1)["latest"] == 0  # never in the transaction: nothing written there
+        assert values(client, topic, 0) == [] and offsets(client, topic, 0)["latest"] == 1  # the marker only
+
+
+def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(server: StandaloneServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        topic = make_topic(client, "txn-fence")
+        old = Txn(client, "writer-fenced")
+        old.add(topic, 0)
+        assert old.send(topic, 0, b"zombie").status_code == 200
+        new = Txn(client, "writer-fenced")
+        assert (new.pid, new.epoch) != (old.pid, old.epoch)
+        assert values(client, topic, 0) == []  # aborted, and the partition is stable again
+        assert offsets(client, topic, 0)["last_stable"] == offsets(client, topic, 0)["latest"]
+        late = old.send(topic, 0, b"late")
+        assert late.status_code == 409
+        ended = client.post(f"/v1/transactions/{old.tid}/end", json={"commit": True, **old.ids()})
+        assert ended.status_code == 409 and ended.json()["error"]["code"] == "PRODUCER_FENCED"
+        new.add(topic, 0)
+        assert new.send(topic, 0, b"fresh").status_code == 200
+        new.end(commit=True)
+        assert values(client, topic, 0) == ["fresh"]
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(server: StandaloneServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        topic = make_topic(client, "txn-timeout")
+        txn = Txn(client, "writer-slow", timeout_ms=500)
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"slow").status_code == 200
+        deadline = time.monotonic() + 20
+        while offsets(client, topic, 0)["last_stable"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert offsets(client, topic, 0)["last_stable"] == 2  # the abort marker at 1
+        assert values(client, topic, 0) == []
+        ended = client.post(f"/v1/transactions/{txn.tid}/end", json={"commit": True, **txn.ids()})
+        assert ended.json()["error"]["code"] == "PRODUCER_FENCED"

@@ -13,9 +13,9 @@ from server.messaging.fetch import fetch_batches
 from server.messaging.offsets import offsets
 from server.messaging.produce import produce_batch
 from server.topics import TopicConfig
-from talos import Record, RecordData, decode_records, encode_batch, iter_batches
+from talos import BatchHeader, Record, RecordData, decode_records, encode_batch, iter_batches
 
-__all__ = ["append", "bounds", "ensure", "read_all", "read_records", "records_from"]
+__all__ = ["append", "batches_from", "bounds", "ensure", "read_all", "read_batches", "read_records", "records_from"]
 
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -60,30 +60,47 @@ async def bounds(broker: Broker, topic: str, partition: int) -> tuple[int, int]:
 
 
 async def read_records(broker: Broker, topic: str, partition: int, *, start: int | None = None) -> list[Record]:
-    """Every record from the earliest offset (or ``start``) to the high watermark."""
+    """Every record from the earliest offset (or ``start``) to the high watermark (a transaction's markers
+    stepped over)."""
+    batches = await read_batches(broker, topic, partition, start=start)
+    return [record for header, records in batches if not header.control for record in records]
+
+
+async def read_batches(
+    broker: Broker, topic: str, partition: int, *, start: int | None = None
+) -> list[tuple[BatchHeader, list[Record]]]:
+    """Every batch (its header and its records at or after the start), markers included, from the earliest
+    offset (or ``start``) to the high watermark: for readers that tell transactions apart."""
     offset, end = await bounds(broker, topic, partition)
     offset = max(offset, start or 0)
-    out: list[Record] = []
+    out: list[tuple[BatchHeader, list[Record]]] = []
     while offset < end:
         data = (await fetch_batches(broker, SERVERS, topic, partition, offset, _READ_BYTES)).body
-        records, after = records_from(data, offset)
-        out += records
+        batches, after = batches_from(data, offset)
+        out += batches
         if after == offset:
             break  # nothing more is readable (retention removed the rest as we read)
         offset = after
     return out
 
 
+def batches_from(data: bytes, offset: int) -> tuple[list[tuple[BatchHeader, list[Record]]], int]:
+    """The batches of fetched data with their records at or after ``offset``, and the offset after them."""
+    out: list[tuple[BatchHeader, list[Record]]] = []
+    after = offset
+    for position, header in iter_batches(data, verify=True):
+        if header.next_offset > offset:
+            records = decode_records(data, position, verify=False)
+            out.append((header, [record for record in records if record.offset >= offset]))
+        after = max(after, header.next_offset)
+    return out, after
+
+
 def records_from(data: bytes, offset: int) -> tuple[list[Record], int]:
     """The records at or after ``offset`` in fetched batches, and the offset after them. A transaction's marker
     holds no record of the topic's: stepped over, its offset counted."""
-    out: list[Record] = []
-    after = offset
-    for position, header in iter_batches(data, verify=True):
-        if not header.control:
-            out += [record for record in decode_records(data, position, verify=False) if record.offset >= offset]
-        after = max(after, header.next_offset)
-    return out, after
+    batches, after = batches_from(data, offset)
+    return [record for header, records in batches if not header.control for record in records], after
 
 
 async def read_all(

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from fencing import OffsetOutOfRangeError
 from server import internal_topics, metrics
 from server.broker import Broker
 from server.cluster import Owner
@@ -25,7 +26,9 @@ from server.groups.catalog import GroupCatalog, StorageGroupCatalog, ZkGroupCata
 from server.groups.offsets import (
     OFFSETS_RETENTION_MS,
     OFFSETS_TOPIC,
+    PendingCommit,
     commit_record,
+    decided_order,
     fold,
     group_record,
     kafka_record,
@@ -33,10 +36,14 @@ from server.groups.offsets import (
     snapshot_record,
 )
 from server.groups.state import BROADCAST, EXCLUSIVE, GroupState, Member, OffsetKey, tp_json
-from server.messaging.caller import SERVERS
+from server.messaging.caller import SERVERS, for_tenant
+from server.messaging.fetch import fetch_batches
 from server.messaging.offsets import offsets as partition_offsets
+from server.messaging.produce import produce_batch
 from server.partition_quota import check_partition_quota
 from server.topics import TopicConfig
+from talos import encode_batch, iter_batches
+from talos._codec import TRANSACTIONAL
 
 __all__ = ["DEAD_LETTER_PREFIX", "GROUP_NAME", "RETRY_PREFIX", "GroupCoordinator", "validate_group_name"]
 
@@ -78,6 +85,8 @@ class GroupCoordinator:
         self._groups: dict[str, GroupState] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._snapshot_at: dict[str, float] = {}
+        # Offsets committed in transactions not decided yet, per group and producer id (``decided_order``)
+        self._pending: dict[str, dict[int, PendingCommit]] = {}
         self._catalog: GroupCatalog
         if broker.cluster is not None:
             self._catalog = ZkGroupCatalog(broker.cluster.zk)
@@ -103,6 +112,7 @@ class GroupCoordinator:
             if not local:
                 log.info("group %s: no longer its coordinator", name)
                 self._groups.pop(name, None)
+                self._pending.pop(name, None)
         metrics.groups_coordinated(len(self._groups))
 
     async def _offsets_topic(self) -> TopicConfig:
@@ -121,8 +131,10 @@ class GroupCoordinator:
     async def _load(self, name: str) -> GroupState:
         config = await self._offsets_topic()
         partition = offsets_partition(name, config.partitions)
-        records = await internal_topics.read_all(self._broker, OFFSETS_TOPIC, partition)
-        recovered = fold(name, ((key, value) for _, key, value in records))
+        batches = await internal_topics.read_batches(self._broker, OFFSETS_TOPIC, partition)
+        ordered, pending = decided_order(name, batches)
+        recovered = fold(name, ordered)
+        self._pending[name] = pending
         now = time.monotonic()
         active = recovered.members > 0
         state = GroupState(
@@ -140,8 +152,9 @@ class GroupCoordinator:
             len(state.offsets),
             f"waiting {recovered.session_s + _GRACE_MARGIN_S:.1f}s for old locks" if active else "no members",
         )
-        await self._append(name, snapshot_record(state))
-        self._snapshot_at[name] = now
+        if not pending:  # (a snapshot must not pass over undecided transactions' offsets: see maintain)
+            await self._append(name, snapshot_record(state))
+            self._snapshot_at[name] = now
         return state
 
     @contextlib.asynccontextmanager
@@ -298,6 +311,8 @@ class GroupCoordinator:
             instance = state.check_commit(time.monotonic(), member_id, [(tp, gen) for tp, _, gen in items])
             offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}
             await self._append(name, commit_record(name, offsets))
+            for held in self._pending.get(name, {}).values():
+                held.supersede(offsets)  # written after them: it wins, whatever their transactions decide
             for key, offset in offsets.items():  # the message trace: what this commit moved past
                 before = state.offsets.get(key, 0)
                 if offset > before:
@@ -308,8 +323,77 @@ class GroupCoordinator:
             metrics.group_committed()
             return {"committed": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in offsets.items()]}
 
+    async def commit_in_transaction(
+        self,
+        name: str,
+        member_id: str | None,
+        items: list[tuple[TopicPartition, int, int | None]],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        transactional_id: str,
+        tenant: str | None,
+    ) -> dict[str, object]:
+        """Offsets committed in a producer's transaction (Kafka's TxnOffsetCommit): written to the group's
+        offsets partition in a transactional batch of the producer (which its transaction must have added:
+        AddOffsetsToTxn), pending until its marker lands there, then committed or dropped with it."""
+        async with self._group(name) as state:
+            instance = state.check_commit(time.monotonic(), member_id, [(tp, gen) for tp, _, gen in items])
+            offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}
+            config = await self._offsets_topic()
+            batch = encode_batch(
+                [commit_record(name, offsets)],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=-1,  # Kafka's too: fenced by its epoch, not deduplicated
+                attributes=TRANSACTIONAL,
+            )
+            stored = await produce_batch(
+                self._broker,
+                for_tenant(tenant),
+                OFFSETS_TOPIC,
+                offsets_partition(name, config.partitions),
+                bytearray(batch),
+                transactional_id=transactional_id,
+            )
+            held = self._pending.setdefault(name, {}).setdefault(producer_id, PendingCommit(stored.base_offset))
+            held.offsets.update(offsets)
+            return {"pending": [{**tp_json((t, p)), "offset": o} for (_, t, p), o in offsets.items()]}
+
+    async def unstable_offsets(self, name: str) -> set[TopicPartition]:
+        """The partitions with offsets committed in a transaction not decided yet (OffsetFetch's
+        ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them, and the client asks again)."""
+        async with self._group(name, create=False) as state:
+            await self._resolve(name, state)
+            return {(t, p) for held in self._pending.get(name, {}).values() for (_, t, p) in held.offsets}
+
+    async def _resolve(self, name: str, state: GroupState) -> None:
+        """Settle the group's pending transactional commits whose transaction is decided: the offsets
+        partition's last stable offset has passed their first batch, which a read-committed read then holds
+        (committed) or leaves out (aborted)."""
+        pending = self._pending.get(name)
+        if not pending:
+            return
+        config = await self._offsets_topic()
+        partition = offsets_partition(name, config.partitions)
+        for producer_id, held in list(pending.items()):
+            try:
+                read = await fetch_batches(
+                    self._broker, SERVERS, OFFSETS_TOPIC, partition, held.first_offset, 1, committed=True
+                )
+            except OffsetOutOfRangeError:  # retention removed it: decided long ago, its effect was recorded
+                del pending[producer_id]
+                continue
+            if read.last_stable_offset <= held.first_offset:
+                continue  # still open
+            first = next(iter_batches(read.body, verify=False), None) if read.body else None
+            if first is not None and first[1].base_offset == held.first_offset:
+                state.offsets.update(held.offsets)
+            del pending[producer_id]
+
     async def offsets(self, name: str, instance: str | None) -> dict[str, object]:
         async with self._group(name, create=False) as state:
+            await self._resolve(name, state)
             rows = [
                 {"topic": t, "partition": p, "offset": o, **({"instance": i} if i else {})}
                 for (i, t, p), o in sorted(state.offsets.items())
@@ -464,7 +548,11 @@ class GroupCoordinator:
             with contextlib.suppress(ApiError):
                 async with self._group(name) as state:
                     state.expire(time.monotonic())
-                    if time.monotonic() - self._snapshot_at.get(name, 0.0) >= interval:
+                    await self._resolve(name, state)
+                    # A snapshot written while a transaction's offsets are undecided would, once they are
+                    # decided after it, hide them from a replay that applies them at their marker: wait.
+                    due = time.monotonic() - self._snapshot_at.get(name, 0.0) >= interval
+                    if due and not self._pending.get(name):
                         await self._append(name, snapshot_record(state))
                         self._snapshot_at[name] = time.monotonic()
 

@@ -9,7 +9,13 @@ Every record's key is the group's name; its value is JSON of one of three kinds:
   protocol, assignments), kept across snapshots until the next ``kafka`` record.
 
 A group's state is the fold of its records in offset order: a snapshot replaces everything, a commit
-updates offsets, a group record the rest. The topic is compacted by snapshots: a coordinator writes one
+updates offsets, a group record the rest.
+
+Offsets committed in a transaction (Kafka's TxnOffsetCommit) are ``commit`` records in a transactional batch
+of the producer: *pending* until the transaction's marker lands on the partition. They take effect at their
+commit marker, not where they were written (a snapshot written between them and the marker cannot undo
+them), and an abort drops them; a plain commit of the same partition written after them wins (Kafka keeps
+the later record). :func:`decided_order` is that replay. The topic is compacted by snapshots: a coordinator writes one
 when it takes a group over and every ``group_snapshot_interval_s`` while it serves it, and the topic
 keeps records for ``OFFSETS_RETENTION_MS``, far longer than that interval. So the newest state of every
 group in use is always inside retention, and older records only expire. (Committed offsets of a group
@@ -24,13 +30,17 @@ from dataclasses import dataclass, field
 import orjson
 
 from server.groups.state import GroupState, OffsetKey
-from talos import RecordData, partition_for_key
+from talos import BatchError, BatchHeader, Record, RecordData, partition_for_key
+from talos._control import parse_marker
 
 __all__ = [
     "OFFSETS_RETENTION_MS",
     "OFFSETS_TOPIC",
+    "PendingCommit",
     "Recovered",
     "commit_record",
+    "commit_offsets",
+    "decided_order",
     "fold",
     "group_record",
     "kafka_record",
@@ -56,6 +66,67 @@ def _offsets_json(offsets: Iterable[tuple[OffsetKey, int]]) -> list[list[object]
 
 def commit_record(group: str, offsets: dict[OffsetKey, int]) -> RecordData:
     return _record(group, {"type": "commit", "offsets": _offsets_json(offsets.items())})
+
+
+def commit_offsets(group: str, key: bytes | None, value: bytes | None) -> dict[OffsetKey, int]:
+    """The offsets a ``commit`` record of ``group`` sets (none for any other record)."""
+    if key != group.encode() or not value:
+        return {}
+    try:
+        doc = orjson.loads(value)
+        if doc.get("type") != "commit":
+            return {}
+        return {(str(i), str(t), int(p)): int(o) for i, t, p, o in doc["offsets"]}
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+        return {}
+
+
+@dataclass
+class PendingCommit:
+    """A transaction's offset commit not decided yet: where its first batch is in the offsets partition (its
+    transaction is decided once the partition's last stable offset passes it), and the offsets."""
+
+    first_offset: int
+    offsets: dict[OffsetKey, int] = field(default_factory=dict)
+
+    def supersede(self, keys: Iterable[OffsetKey]) -> None:
+        """A plain commit of these written after this one: it wins, whatever the transaction decides."""
+        for key in keys:
+            self.offsets.pop(key, None)
+
+
+def decided_order(
+    group: str, batches: Iterable[tuple[BatchHeader, list[Record]]]
+) -> tuple[list[tuple[bytes | None, bytes | None]], dict[int, PendingCommit]]:
+    """The group's records in the order they took effect (a transaction's commits at its commit marker, an
+    aborted transaction's never), and the transactions' commits still pending at the end, by producer id.
+    ``batches``: the offsets partition's batches in offset order, markers included. Pure."""
+    ordered: list[tuple[bytes | None, bytes | None]] = []
+    pending: dict[int, PendingCommit] = {}
+    for header, records in batches:
+        if header.control:
+            try:
+                marker = parse_marker(header, records)
+            except BatchError:
+                continue
+            decided = pending.pop(marker.producer_id, None)
+            if decided is not None and marker.committed and decided.offsets:
+                effect = commit_record(group, decided.offsets)
+                ordered.append((effect.key, effect.value))
+            continue
+        if header.transactional:
+            for record in records:
+                offsets = commit_offsets(group, record.key, record.value)
+                if offsets:
+                    held = pending.setdefault(header.producer_id, PendingCommit(header.base_offset))
+                    held.offsets.update(offsets)
+            continue
+        for record in records:
+            ordered.append((record.key, record.value))
+            committed = commit_offsets(group, record.key, record.value)
+            for held in pending.values():
+                held.supersede(committed)
+    return ordered, pending
 
 
 def _meta(state: GroupState) -> dict[str, object]:

@@ -145,21 +145,41 @@ async def produce_records(
 
 
 async def produce_batch(
-    broker: Broker, caller: Caller, topic: str, partition: int, batch: bytearray, *, durable: bool = True
+    broker: Broker,
+    caller: Caller,
+    topic: str,
+    partition: int,
+    batch: bytearray,
+    *,
+    durable: bool = True,
+    transactional_id: str | None = None,
 ) -> ProduceResult:
-    """One batch the server encoded (valid by construction) stored at the partition's owner, wherever it is."""
+    """One batch the server encoded (valid by construction) stored at the partition's owner, wherever it is
+    (``transactional_id``: a transactional batch's, for its verification there)."""
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
-        return await _forward_batch(broker, caller, exc.owner, topic, partition, batch, durable)
+        return await _forward_batch(broker, caller, exc.owner, topic, partition, batch, durable, transactional_id)
     records = read_header(batch, 0).record_count
-    return (await store_batches(broker, loaded, caller, [batch], records=records, durable=durable))[0]
+    stored = await store_batches(
+        broker, loaded, caller, [batch], records=records, durable=durable, transactional_id=transactional_id
+    )
+    return stored[0]
 
 
 async def _forward_batch(
-    broker: Broker, caller: Caller, owner: Owner, topic: str, partition: int, batch: bytearray, durable: bool
+    broker: Broker,
+    caller: Caller,
+    owner: Owner,
+    topic: str,
+    partition: int,
+    batch: bytearray,
+    durable: bool,
+    transactional_id: str | None = None,
 ) -> ProduceResult:
     query = {"acks": "durable" if durable else "accepted"}
+    if transactional_id is not None:
+        query["transactional_id"] = transactional_id
     reply = await call_partition(
         broker.forwarder,
         caller,

@@ -181,3 +181,55 @@ def test_a_transaction_open_past_its_timeout_is_aborted(server: StandaloneServer
         assert values(client, topic, 0) == []
         ended = client.post(f"/v1/transactions/{txn.tid}/end", json={"commit": True, **txn.ids()})
         assert ended.json()["error"]["code"] == "PRODUCER_FENCED"
+
+
+def committed_offsets(client: httpx.Client, group: str) -> dict[tuple[str, int], int]:
+    answer = client.get(f"/v1/groups/{group}/offsets")
+    answer.raise_for_status()
+    return {(o["topic"], o["partition"]): o["offset"] for o in answer.json()["offsets"]}
+
+
+def commit_in(txn: Txn, group: str, topic: str, partition: int, offset: int) -> None:
+    txn.call("groups", group=group, **txn.ids())
+    answer = txn.client.post(
+        f"/v1/groups/{group}/offsets",
+        json={
+            "offsets": [{"topic": topic, "partition": partition, "offset": offset}],
+            "transaction": {"transactional_id": txn.tid, **txn.ids()},
+        },
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def test_offsets_committed_in_a_transaction_take_effect_with_it_and_survive_a_restart(tmp_path: Any) -> None:
+    with running_standalone(tmp_path / "data") as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        source, sink = make_topic(client, "txn-source", 1), make_topic(client, "txn-sink", 1)
+        client.post("/v1/groups/etl/offsets", json={"offsets": [{"topic": source, "partition": 0, "offset": 1}]})
+        txn = Txn(client, "etl-1")
+        txn.add(sink, 0)
+        assert txn.send(sink, 0, b"out-1").status_code == 200
+        commit_in(txn, "etl", source, 0, 5)
+        assert committed_offsets(client, "etl") == {(source, 0): 1}  # pending: not yet
+        unstable = client.get("/v1/groups/etl/offsets", params={"require_stable": "true"})
+        assert unstable.status_code == 409 and unstable.json()["error"]["code"] == "UNSTABLE_OFFSET_COMMIT"
+        txn.end(commit=True)
+        assert committed_offsets(client, "etl") == {(source, 0): 5}
+        # Aborted: the offsets are dropped with the output
+        txn.add(sink, 0)
+        assert txn.send(sink, 0, b"out-2").status_code == 200
+        commit_in(txn, "etl", source, 0, 9)
+        txn.end(commit=False)
+        assert committed_offsets(client, "etl") == {(source, 0): 5}
+        assert values(client, sink) == ["out-1"]
+        # One left open at the restart: its offsets stay pending, and take effect when it commits after
+        txn.add(sink, 0)
+        assert txn.send(sink, 0, b"out-3").status_code == 200
+        commit_in(txn, "etl", source, 0, 12)
+        pid, epoch, sequences = txn.pid, txn.epoch, dict(txn.sequences)
+        server.stop()
+        server.start()
+        assert committed_offsets(client, "etl") == {(source, 0): 5}
+        txn.pid, txn.epoch, txn.sequences = pid, epoch, sequences
+        txn.end(commit=True)
+        assert committed_offsets(client, "etl") == {(source, 0): 12}
+        assert values(client, sink) == ["out-1", "out-3"]

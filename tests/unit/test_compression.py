@@ -186,7 +186,7 @@ def test_snappy_blocks_running_past_the_end_are_corrupt() -> None:
 
 def test_validate_accepts_codecs_1_to_4_and_refuses_other_flags() -> None:
     plain = bytearray(encode_batch([RecordData(b"v")]))
-    for flags in (5, 6, 7, 0x08, 0x11, -1):
+    for flags in (5, 6, 7, 0x08, 0x21, -1):
         data = bytearray(plain)
         struct.pack_into(">h", data, 17, flags)
         with pytest.raises(CorruptBatchError, match="flags"):

@@ -63,9 +63,20 @@ class CommitItem(PartitionRef):
     generation: int | None = Field(None, ge=0, le=INT64_MAX, description="the generation the partition was granted in")
 
 
+class InTransaction(BaseModel):
+    transactional_id: str = Field(min_length=1, max_length=249)
+    producer_id: int = Field(ge=0, le=INT64_MAX, strict=True)
+    producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
+
+
 class CommitRequest(BaseModel):
     member_id: str | None = Field(None, description="omit only for a group without active members")
     offsets: list[CommitItem] = Field(min_length=1, max_length=100_000)
+    transaction: InTransaction | None = Field(
+        None,
+        description="commit in this producer's open transaction (which added the group): the offsets take "
+        "effect if it commits, and are dropped if it aborts",
+    )
 
 
 class ResetRequest(BaseModel):
@@ -190,14 +201,41 @@ async def commit(group: str, request: Request) -> Response:
         body = parse_body(CommitRequest, raw)
         _may_consume(request, [o.topic for o in body.offsets])
         items = [((o.topic, o.partition), o.offset, o.generation) for o in body.offsets]
-        return json_response(await coordinator.commit(group, body.member_id, items))
+        txn = body.transaction
+        if txn is None:
+            return json_response(await coordinator.commit(group, body.member_id, items))
+        broker: Broker = request.app.state.broker
+        tenant = principal(request).tenant if broker.security.enabled else None
+        answer = await coordinator.commit_in_transaction(
+            group,
+            body.member_id,
+            items,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            transactional_id=txn.transactional_id,
+            tenant=tenant,
+        )
+        return json_response(answer)
 
     return await _at_coordinator(request, group, handle, claim="tenant")
 
 
 @router.get("/{group}/offsets", summary="Committed offsets")
-async def committed(group: str, request: Request, instance: str | None = None) -> Response:
+async def committed(
+    group: str, request: Request, instance: str | None = None, require_stable: bool = False
+) -> Response:
+    """``require_stable``: 409 UNSTABLE_OFFSET_COMMIT (retriable) while offsets committed in a transaction
+    are undecided (Kafka's OffsetFetch ``require_stable``: a read-committed consumer starts from them)."""
+
     async def handle(coordinator: GroupCoordinator, _raw: bytes, _tenant: str | None) -> Response:
+        if require_stable and (unstable := await coordinator.unstable_offsets(group)):
+            raise ApiError(
+                409,
+                "UNSTABLE_OFFSET_COMMIT",
+                f"group {group!r} has offsets of {len(unstable)} partition(s) committed in a transaction not "
+                "decided yet; retry",
+                retriable=True,
+            )
         return json_response(await coordinator.offsets(group, instance))
 
     return await _at_coordinator(request, group, handle)

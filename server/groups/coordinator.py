@@ -307,6 +307,7 @@ class GroupCoordinator:
     async def commit(
         self, name: str, member_id: str | None, items: list[tuple[TopicPartition, int, int | None]]
     ) -> dict[str, object]:
+        await self.register(name)  # listed once used, also by a commit alone (found again after a restart)
         async with self._group(name) as state:
             instance = state.check_commit(time.monotonic(), member_id, [(tp, gen) for tp, _, gen in items])
             offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}
@@ -337,6 +338,7 @@ class GroupCoordinator:
         """Offsets committed in a producer's transaction (Kafka's TxnOffsetCommit): written to the group's
         offsets partition in a transactional batch of the producer (which its transaction must have added:
         AddOffsetsToTxn), pending until its marker lands there, then committed or dropped with it."""
+        await self.register(name)
         async with self._group(name) as state:
             instance = state.check_commit(time.monotonic(), member_id, [(tp, gen) for tp, _, gen in items])
             offsets: dict[OffsetKey, int] = {(instance, tp[0], tp[1]): offset for tp, offset, _ in items}

@@ -52,7 +52,7 @@ class _Consumer(ClientBase[AnyTransport]):
         partitions: Iterable[tuple[str, int]] = (),
         group: str | None = None,
         start: str = "earliest",
-        isolation: str = "read_uncommitted",
+        isolation: str = "read_uncommitted",  # "read_committed": decided transactions only
         auto_commit: bool = True,
         auto_commit_interval_s: float = 5.0,
         session_timeout_s: float = 10.0,
@@ -122,6 +122,13 @@ class _Consumer(ClientBase[AnyTransport]):
         return send_retry(self, message, delay, reason)
 
     # ---------------------------------------------------------------- positions
+
+    @property
+    def member_id(self) -> str | None:
+        """This consumer's id in its group (None outside a group, or before it joined): what a transactional
+        producer's ``send_offsets_to_transaction`` names, so a member that lost its partitions cannot commit."""
+        membership = self._state.membership
+        return None if membership is None else membership.member_id
 
     @property
     def assignment(self) -> list[tuple[str, int]]:

@@ -7,6 +7,7 @@ Tree::
      │    ├── CorruptBatchError       bad magic, CRC mismatch, impossible lengths or fields
      │    └── TruncatedBatchError     the buffer ends inside the batch (a torn write)
      ├── TransportError               the server could not be reached or did not answer in time (retriable)
+     ├── TransactionStateError        a transaction call out of turn, or a commit of a failed transaction
      └── ApiError                     the server answered with an error: .status .code .message .retriable
           ├── InvalidRequestError     400, 413: fix the request
           ├── AuthenticationError     401: no token, or not a valid one
@@ -14,7 +15,8 @@ Tree::
           ├── NotFoundError           404: unknown topic or partition
           ├── ConflictError           409: e.g. the topic exists
           │    ├── CommitFailedError  409: the member no longer holds the partition (revoked, lock expired)
-          │    └── ProducerFencedError 409: a newer instance of this producer id took over (fatal for it)
+          │    ├── ProducerFencedError 409: a newer instance of this producer id took over (fatal for it)
+          │    └── TransactionError   409: the transaction cannot go on (not in it, decided): abort it
           ├── OffsetOutOfRangeError   416: .earliest .latest
           ├── QuotaExceededError      429: .retry_after seconds (retriable; not for a partition count quota)
           └── UnavailableError        500, 503: partition moving, storage failing (retriable)
@@ -37,6 +39,8 @@ __all__ = [
     "OffsetOutOfRangeError",
     "QuotaExceededError",
     "TalosError",
+    "TransactionError",
+    "TransactionStateError",
     "TransportError",
     "TruncatedBatchError",
     "MisdirectedError",
@@ -114,6 +118,16 @@ class CommitFailedError(ConflictError):
     lock expired) or is no longer in the group. The messages will be delivered again to the next holder."""
 
 
+class TransactionStateError(TalosError):
+    """A transaction call out of turn (a send or commit with no transaction open, a second begin), or a commit
+    of a transaction one of whose messages was not stored: abort it."""
+
+
+class TransactionError(ConflictError):
+    """409 ``INVALID_TXN_STATE`` or ``INVALID_PRODUCER_ID_MAPPING``: the transaction cannot go on (a partition
+    outside it, already decided, the id moved on): abort it, or start the producer again."""
+
+
 class ProducerFencedError(ConflictError):
     """409 ``PRODUCER_FENCED``: a newer epoch of this producer id exists (another instance claimed it), so
     this instance may write nothing more. A producer that gets it fails every later send with it too."""
@@ -173,6 +187,8 @@ def api_error(status: int, body: dict[str, object] | None, retry_after: float | 
     kind = _BY_STATUS.get(status, ApiError)
     if error.get("code") == "PRODUCER_FENCED":
         kind = ProducerFencedError
+    elif error.get("code") in ("INVALID_TXN_STATE", "INVALID_PRODUCER_ID_MAPPING"):
+        kind = TransactionError
     retriable = bool(error.get("retriable", kind in (UnavailableError, QuotaExceededError)))
     details = {k: v for k, v in error.items() if k not in ("code", "message", "retriable")}
     return kind(

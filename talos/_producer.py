@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, Generic, TypeVar
 
 from talos._accumulator import Accumulator, PendingBatch, choose_partition
@@ -23,7 +23,7 @@ from talos._admin import DEFAULT_URL
 from talos._clients import Asynchronous, Blocking, ClientBase, operation
 from talos._codec import RecordData
 from talos._compression import codec_named
-from talos._errors import NotFoundError, TalosError
+from talos._errors import NotFoundError, TalosError, TransactionStateError
 from talos._futures import BatchOutcome, ManyOutcome, RecordFuture, RecordMetadata, RecordsFuture
 from talos._idempotence import Idempotence, register
 from talos._routing import RouteTable, refresh_steps
@@ -31,6 +31,7 @@ from talos._send_planning import Headers, ManyRecords, build_record, plan_many, 
 from talos._sender import deliver, poll_checkpoint
 from talos._steps import Steps
 from talos._tracecontext import TRACEPARENT_HEADER, current_traceparent
+from talos._transactions import TransactionState, end_transaction, init_transactions, send_offsets
 from talos._transport import AnyTransport, AsyncTransport, Transport
 from talos._window import PartitionWindow
 
@@ -80,6 +81,8 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         token: str | None = None,
         compression: str = "none",
         trace_context: bool = False,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         if acks not in ("durable", "accepted"):
             raise ValueError("acks must be 'durable' or 'accepted'")
@@ -89,7 +92,12 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         self.url = url.rstrip("/")
         self._transport = self._connect(transport, token, request_timeout_s, max_in_flight * 2)
         self._routes = RouteTable(self.url, direct=route_to_owner)
-        self._idempotent = idempotent or producer_id is not None
+        self._transaction = (
+            None if transactional_id is None else TransactionState(transactional_id, transaction_timeout_ms)
+        )
+        if self._transaction is not None and producer_id is not None:
+            raise ValueError("a transactional producer gets its producer id from its transactional id")
+        self._idempotent = idempotent or producer_id is not None or self._transaction is not None
         self._producer_id = producer_id
         if producer_epoch is not None and producer_id is None:
             raise ValueError("producer_epoch goes with producer_id")
@@ -122,6 +130,45 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
     def partitions_for(self, topic: str) -> Steps[int]:
         return _partition_count(self, topic)
 
+    def _identity(self) -> Steps[Idempotence]:
+        """The producer id and epoch: the transactional id's (which fences its older instances), or a new or
+        given idempotent one."""
+        if self._transaction is not None:
+            return init_transactions(self.url, self._transaction)
+        return register(self.url, self._producer_id, self._producer_epoch)
+
+    # ---------------------------------------------------------------- transactions
+
+    def _transactional(self) -> TransactionState:
+        if self._transaction is None:
+            raise TransactionStateError("not a transactional producer: give it a transactional_id")
+        return self._transaction
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: what is sent until :meth:`commit_transaction` is stored all or nothing, for
+        read-committed consumers, with the offsets given to :meth:`send_offsets_to_transaction`."""
+        self._transactional().begin()
+
+    @operation
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[tuple[str, int], int], group: str, *, member_id: str | None = None
+    ) -> Steps[None]:
+        """Commit ``group``'s ``offsets`` (partition → next offset to read) in the open transaction: they take
+        effect if it commits (consume-transform-produce, exactly once). ``member_id``: the group member that
+        holds the partitions (its commit is refused once it does not)."""
+        state = self._transactional()
+        if self._idempotence is None:
+            self._idempotence = yield from self._identity()
+        yield from send_offsets(self.url, state, self._idempotence, offsets, group, member_id)
+
+    def _end(self, *, commit: bool) -> Steps[None]:
+        state = self._transactional()
+        if self._idempotence is None:
+            state.require_open()
+            state.open = False  # nothing was sent: nothing to end
+            return
+        yield from end_transaction(self.url, state, self._idempotence, commit=commit)
+
     def send(
         self,
         topic: str,
@@ -137,6 +184,8 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         ``await`` the asyncio one's ``send`` for an ``asyncio.Future``. Either gives the record's
         :class:`RecordMetadata` once stored (or the error). ``timestamp``: ms since the epoch (default: the
         time its batch was opened)."""
+        if self._transaction is not None:
+            self._transaction.require_open()
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):
@@ -174,7 +223,11 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
     new epoch, fencing any older instance that still uses it; with ``producer_epoch=`` too it continues at
     that epoch (a named producer's, from :meth:`Admin.claim_producer`). Once a partition answers
     ``PRODUCER_FENCED`` (a newer instance took the id over) every send fails with
-    :class:`ProducerFencedError`. ``route_to_owner=False`` sends everything
+    :class:`ProducerFencedError`. ``transactional_id=`` makes a transactional producer (idempotent too): its
+    sends go between :meth:`begin_transaction` and :meth:`commit_transaction` (or
+    :meth:`abort_transaction`), all stored or none for read-committed consumers; a new instance with the
+    same id fences this one and aborts its open transaction; one open past ``transaction_timeout_ms`` is
+    aborted by the server. ``route_to_owner=False`` sends everything
     to ``url`` (which forwards) instead of straight to each partition's owner. ``token=`` is the bearer
     token for servers with auth on (default: ``TALOS_TOKEN``); over a quota, batches wait what the 429
     says and go again. ``compression=`` ("gzip", "snappy", "lz4" or "zstd"; default "none") compresses each
@@ -183,7 +236,7 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
 
     def _begin(self) -> None:
         if self._idempotent:
-            self._idempotence = self._run(register(self.url, self._producer_id, self._producer_epoch))
+            self._idempotence = self._run(self._identity())
         self._acc: Accumulator[None] = Accumulator(batch_bytes=self._batch_bytes, linger_s=self._linger_s)
         self._mutex = threading.RLock()  # what `with self._cond` takes, without Condition's Python-level calls
         self._cond = threading.Condition(self._mutex)
@@ -239,6 +292,19 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
             assert isinstance(batch.outcome, BatchOutcome)
             return RecordFuture(batch.outcome, batch.count - 1)
 
+    def commit_transaction(self) -> None:
+        """Send everything of the open transaction, then commit it: when this returns it is decided, and its
+        records and offsets are visible to read-committed readers. Raises :class:`TransactionStateError` if
+        one of its records was not stored (then :meth:`abort_transaction`)."""
+        self.flush()
+        self._run(self._end(commit=True))
+
+    def abort_transaction(self) -> None:
+        """Abort the open transaction: read-committed readers never see its records, its offsets are
+        dropped."""
+        self.flush()
+        self._run(self._end(commit=False))
+
     def send_many(self, topic: str, records: ManyRecords, *, partition: int | None = None) -> RecordsFuture:
         """Queue many records at once; returns one :class:`RecordsFuture` for them all, whose ``result()`` is
         the list of their :class:`RecordMetadata` in the order given once every record is stored, or raises
@@ -252,6 +318,8 @@ class Producer(Blocking, _Producer[Transport, RecordFuture]):
         a timestamp (the common case) are encoded straight into their batch, without an object per record:
         several times the records per second of a ``send`` loop. Waits while ``buffer_bytes`` are queued, as
         ``send`` does."""
+        if self._transaction is not None:
+            self._transaction.require_open()
         items = records if isinstance(records, list) else list(records)
         count = self._partitions.get(topic) or self.partitions_for(topic)
         groups = plan_many(items, partition, count, topic)
@@ -347,7 +415,7 @@ class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, 
             raise ProducerClosedError("the producer is closed")
         count = await self.partitions_for(topic)
         if self._idempotent and self._idempotence is None:
-            self._idempotence = await self._run(register(self.url, self._producer_id, self._producer_epoch))
+            self._idempotence = await self._run(self._identity())
         while self._acc.buffered_bytes >= self._buffer_bytes:  # back-pressure: wait for room
             self._room.clear()
             await self._room.wait()
@@ -368,10 +436,12 @@ class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, 
         the records' :class:`RecordMetadata` (or the first record's error)."""
         if self._closed:
             raise ProducerClosedError("the producer is closed")
+        if self._transaction is not None:
+            self._transaction.require_open()
         items = records if isinstance(records, list) else list(records)
         count = await self.partitions_for(topic)
         if self._idempotent and self._idempotence is None:
-            self._idempotence = await self._run(register(self.url, self._producer_id, self._producer_epoch))
+            self._idempotence = await self._run(self._identity())
         groups = plan_many(items, partition, count, topic)
         future: asyncio.Future[list[RecordMetadata]] = asyncio.get_running_loop().create_future()
 
@@ -399,6 +469,23 @@ class AsyncProducer(Asynchronous, _Producer[AsyncTransport, Coroutine[Any, Any, 
             self._runner = asyncio.get_running_loop().create_task(self._run_sender())
         self._idle.clear()
         self._wake.set()
+
+    async def init_transactions(self) -> None:
+        """Start the transactional id now (else at the first send): its new epoch fences older instances and
+        aborts their open transaction."""
+        if self._idempotence is None:
+            self._transactional()
+            self._idempotence = await self._run(self._identity())
+
+    async def commit_transaction(self) -> None:
+        """The asyncio twin of :meth:`Producer.commit_transaction`."""
+        await self.flush()
+        await self._run(self._end(commit=True))
+
+    async def abort_transaction(self) -> None:
+        """The asyncio twin of :meth:`Producer.abort_transaction`."""
+        await self.flush()
+        await self._run(self._end(commit=False))
 
     async def flush(self) -> None:
         self._flushing += 1

@@ -17,13 +17,14 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from talos._accumulator import PendingBatch
-from talos._codec import build_batch
+from talos._codec import TRANSACTIONAL, build_batch
 from talos._compression import Codec
 from talos._errors import ApiError, ProducerFencedError, TalosError, TransportError
 from talos._futures import BatchOutcome, RecordMetadata
 from talos._idempotence import Idempotence, fenced_by_another, new_epoch
 from talos._routing import RouteTable, refresh_steps
 from talos._steps import Request, Steps, http, pause
+from talos._transactions import TransactionState, add_partition
 from talos._transport import Response, check
 from talos._window import Accepted, PartitionWindow
 
@@ -45,6 +46,9 @@ class _Sending(Protocol):
 
     @property
     def _idempotence(self) -> Idempotence | None: ...
+
+    @property
+    def _transaction(self) -> TransactionState | None: ...
 
     @property
     def _epoch_lock(self) -> contextlib.AbstractContextManager[Any]: ...  # held while a new epoch is asked for
@@ -87,10 +91,18 @@ def _produce_request(producer: _Sending, batch: PendingBatch[Any]) -> dict[str, 
     base, route_headers = producer._routes.target(batch.topic, batch.partition)
     producer_fields = producer._idempotence.fields(batch) if producer._idempotence is not None else {}
     body, first, largest = batch.section()
+    params = _params_for(producer, batch)
+    attributes = 0
+    if producer._transaction is not None:
+        params = {**params, "transactional_id": producer._transaction.transactional_id}
+        attributes = TRANSACTIONAL
+    built = build_batch(
+        body, batch.count, first, largest, compression=producer._compression, attributes=attributes, **producer_fields
+    )
     return {
         "url": base + _path(batch.topic, batch.partition),
-        "params": _params_for(producer, batch),
-        "body": build_batch(body, batch.count, first, largest, compression=producer._compression, **producer_fields),
+        "params": params,
+        "body": built,
         "headers": {**_BATCH_HEADERS, **route_headers} if route_headers else _BATCH_HEADERS,
         "timeout": producer._request_timeout_s,
     }
@@ -117,7 +129,9 @@ def _retry_delay(producer: _Sending, batch: PendingBatch[Any], error: BaseExcept
                 error,
             )
             idempotence = producer._idempotence
-            if idempotence is not None and batch.epoch in (None, idempotence.epoch):
+            if producer._transaction is not None:
+                producer._transaction.failed = error  # the transaction can only abort (which moves the epoch on)
+            elif idempotence is not None and batch.epoch in (None, idempotence.epoch):
                 # Its sequences will never be stored: a gap for the next batch of this epoch. (A batch of an
                 # epoch the producer has left leaves no gap in the new one.)
                 idempotence.stale = True
@@ -155,6 +169,10 @@ def deliver(
                     raise producer._idempotence.fenced
                 if producer._idempotence.stale:
                     yield from new_epoch(producer._idempotence, producer.url, producer._epoch_lock)
+                if producer._transaction is not None:
+                    yield from add_partition(
+                        producer.url, producer._transaction, producer._idempotence, batch.topic, batch.partition
+                    )
             result = _result((yield from http(Request("POST", **_produce_request(producer, batch)))))
         except ProducerFencedError as exc:
             error = exc

@@ -174,6 +174,8 @@ class GroupCoordinator:
                 state = await self._load(name)
                 self._groups[name] = state
                 metrics.groups_coordinated(len(self._groups))
+            if self._pending.get(name):  # offsets of transactions decided since: every answer shows them
+                await self._resolve(name, state)
             generation = state.generation
             try:
                 yield state
@@ -365,8 +367,7 @@ class GroupCoordinator:
     async def unstable_offsets(self, name: str) -> set[TopicPartition]:
         """The partitions with offsets committed in a transaction not decided yet (OffsetFetch's
         ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them, and the client asks again)."""
-        async with self._group(name, create=False) as state:
-            await self._resolve(name, state)
+        async with self._group(name, create=False):
             return {(t, p) for held in self._pending.get(name, {}).values() for (_, t, p) in held.offsets}
 
     async def _resolve(self, name: str, state: GroupState) -> None:
@@ -395,7 +396,6 @@ class GroupCoordinator:
 
     async def offsets(self, name: str, instance: str | None) -> dict[str, object]:
         async with self._group(name, create=False) as state:
-            await self._resolve(name, state)
             rows = [
                 {"topic": t, "partition": p, "offset": o, **({"instance": i} if i else {})}
                 for (i, t, p), o in sorted(state.offsets.items())
@@ -550,7 +550,6 @@ class GroupCoordinator:
             with contextlib.suppress(ApiError):
                 async with self._group(name) as state:
                     state.expire(time.monotonic())
-                    await self._resolve(name, state)
                     # A snapshot written while a transaction's offsets are undecided would, once they are
                     # decided after it, hide them from a replay that applies them at their marker: wait.
                     due = time.monotonic() - self._snapshot_at.get(name, 0.0) >= interval

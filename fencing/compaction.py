@@ -15,6 +15,11 @@ A pass, as Kafka's cleaner does it:
    it. Records without a key (written before the topic was compacted) are kept. Offsets never change: a batch
    whose records all stay is copied as it is; otherwise each run of consecutive kept records becomes a batch
    of its own at its first record's offset (the batch format has no per-record offsets).
+Transactions, as Kafka's cleaner: a transaction's records count only once its marker says it committed (their
+keys are indexed then; an aborted transaction's batches are removed whole), a pass ends before the segment
+holding a transaction not decided in what it read, and markers are always kept (their offsets are a reader's
+to step over; the partition's aborted index refers to them). A clean segment holds no aborted record.
+
 4. Each group is swapped in under the fencing protocol (:meth:`fencing.log.PartitionLog.create_cleaning` and
    :meth:`~fencing.log.PartitionLog.commit_cleaned`): written as ``<base>.<epoch>.<end>.cleaning``, renamed
    to its sealed name with the next generation (the commit), then the segments it replaces are deleted.
@@ -46,6 +51,7 @@ from fencing.log import (
 from fencing.segments import SegmentName
 from talos import HEADER_SIZE, BatchError, BatchHeader, Record, decode_records, read_header
 from talos._codec import rebatch
+from talos._control import parse_marker
 
 __all__ = [
     "CompactionReport",
@@ -280,14 +286,15 @@ def write_pass(
         return None
     report = CompactionReport()
     index.clear()
-    last = _index_dirty(source, segments, first_dirty, index, settings, now_ms, throttle, report)
+    indexed = _index_dirty(source, segments, first_dirty, index, settings, now_ms, throttle, report)
+    last = indexed.last
     if last < first_dirty:
         return None
     report.index_keys, report.index_bytes = index.size, index.memory_bytes
     outputs: list[Output] = []
     try:
         for group in _groups(segments[: last + 1], settings.segment_bytes):
-            output = _rewrite(source, group, index, settings, now_ms, throttle, report)
+            output = _rewrite(source, group, index, indexed.aborted, settings, now_ms, throttle, report)
             if output is not None:
                 outputs.append(output)
     except BaseException:
@@ -317,6 +324,24 @@ def _lag_due(plog: SegmentSource, first_dirty: SealedSegment, settings: Compacti
         return False
 
 
+@dataclass
+class _Indexed:
+    """What indexing the dirty segments found: the last segment a pass may rewrite, and the batches of aborted
+    transactions there, as (producer id, base offset)."""
+
+    last: int
+    aborted: set[tuple[int, int]] = field(default_factory=set)
+
+
+@dataclass
+class _Open:
+    """A transaction whose marker is not read yet: where it began, its batches and their keyed records."""
+
+    position: int  # of the segment of its first batch
+    batches: list[int] = field(default_factory=list)
+    keys: list[tuple[bytes, int]] = field(default_factory=list)
+
+
 def _index_dirty(
     plog: SegmentSource,
     segments: list[SealedSegment],
@@ -326,11 +351,17 @@ def _index_dirty(
     now_ms: int,
     throttle: Throttle,
     report: CompactionReport,
-) -> int:
-    """Index the dirty segments, each whole; returns the position of the last one indexed whole and old
-    enough (``first_dirty - 1`` if none). Keys of a segment indexed in part stay in the index: they are
-    later records of their keys, so removing what they supersede is still right."""
-    last = first_dirty - 1
+) -> _Indexed:
+    """Index the dirty segments, each whole; the position of the last one indexed whole, old enough and before
+    any transaction still undecided (``first_dirty - 1`` if none). Keys of a segment indexed in part stay in
+    the index: they are later records of their keys, so removing what they supersede is still right. A
+    transaction's keys go in only at its commit marker (an aborted one's never)."""
+    found = _Indexed(first_dirty - 1)
+    open_: dict[int, _Open] = {}
+
+    def decided_before() -> int:
+        return min((t.position for t in open_.values()), default=len(segments)) - 1
+
     for position in range(first_dirty, len(segments)):
         segment = segments[position]
         newest = 0
@@ -338,13 +369,43 @@ def _index_dirty(
             report.bytes_read += len(batch)
             newest = max(newest, header.max_timestamp)
             records = _decoded(batch)
+            if header.control:
+                if not _ended(header, records, open_, index, found):
+                    found.last = min(found.last, decided_before())
+                    return found  # full: this segment waits for the next pass
+                continue
+            if header.transactional and header.producer_id >= 0:
+                txn = open_.setdefault(header.producer_id, _Open(position))
+                txn.batches.append(header.base_offset)
+                txn.keys += [(r.key, r.offset) for r in records or () if r.key is not None]
+                continue
             for record in records or ():
                 if record.key is not None and not index.put(record.key, record.offset):
-                    return last  # full: this segment waits for the next pass
+                    found.last = min(found.last, decided_before())
+                    return found  # full: this segment waits for the next pass
         if now_ms - newest < settings.min_lag_ms:
-            return last  # holds records too young to compact
-        last = position
-    return last
+            break  # holds records too young to compact
+        found.last = position
+    found.last = min(found.last, decided_before())
+    return found
+
+
+def _ended(
+    header: BatchHeader, records: list[Record] | None, open_: dict[int, _Open], index: KeyIndex, found: _Indexed
+) -> bool:
+    """A marker read: its transaction's keys indexed (commit) or its batches noted as aborted. False when the
+    index is full."""
+    try:
+        marker = parse_marker(header, records or [])
+    except BatchError:
+        return True  # not a transaction's end: kept, changes nothing
+    txn = open_.pop(marker.producer_id, None)
+    if txn is None:
+        return True
+    if not marker.committed:
+        found.aborted.update((marker.producer_id, base) for base in txn.batches)
+        return True
+    return all(index.put(key, offset) for key, offset in txn.keys)
 
 
 def _groups(segments: list[SealedSegment], limit: int) -> Iterator[list[SealedSegment]]:
@@ -376,6 +437,7 @@ def _rewrite(
     plog: SegmentSource,
     group: list[SealedSegment],
     index: KeyIndex,
+    aborted: set[tuple[int, int]],
     settings: CompactionSettings,
     now_ms: int,
     throttle: Throttle,
@@ -410,6 +472,13 @@ def _rewrite(
             cleaned_before = segment.name.generation > 0
             for header, batch in _batches(plog, segment, throttle):
                 report.bytes_read += len(batch)
+                if header.control:  # a transaction's marker: always kept
+                    write(batch)
+                    continue
+                if header.transactional and (header.producer_id, header.base_offset) in aborted:
+                    report.records_read += header.record_count
+                    removed_here += header.record_count
+                    continue
                 records = _decoded(batch)
                 if records is None:
                     write(batch)

@@ -144,7 +144,7 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
         app.state.trace = tracing = TraceService(broker)
         tracing.start()
-        kafka = KafkaListener(broker, coordinator) if config.kafka_port else None
+        kafka = KafkaListener(broker, coordinator, transactions) if config.kafka_port else None
         if kafka is not None:
             await kafka.start()
         gc.collect()

@@ -40,6 +40,15 @@ _BY_CODE: dict[str, ErrorCode] = {
     "UNKNOWN_GROUP": ErrorCode.GROUP_ID_NOT_FOUND,
     "GROUP_NOT_EMPTY": ErrorCode.NON_EMPTY_GROUP,
     "NOT_COORDINATOR": ErrorCode.NOT_COORDINATOR,
+    # The transaction coordinator's refusals (``server.transactions.state.TxnErrorCode``) and a partition's. The
+    # handlers gate by version what older clients must not see (PRODUCER_FENCED, and Produce's disguises).
+    "CONCURRENT_TRANSACTIONS": ErrorCode.CONCURRENT_TRANSACTIONS,
+    "INVALID_TXN_STATE": ErrorCode.INVALID_TXN_STATE,
+    "INVALID_PRODUCER_ID_MAPPING": ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+    "TRANSACTIONAL_ID_NOT_FOUND": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+    "INVALID_TRANSACTION_TIMEOUT": ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+    "TRANSACTION_COORDINATOR_FENCED": ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+    "UNSTABLE_OFFSET_COMMIT": ErrorCode.UNSTABLE_OFFSET_COMMIT,
 }
 
 

@@ -1,5 +1,5 @@
-"""The group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroups, ListGroups, DeleteGroups and OffsetDelete, on Talos consumer groups.
+"""The group APIs: FindCoordinator (of transactional ids too), JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and OffsetDelete, on Talos consumer groups.
 
 A Kafka group is a Talos group: one name space, one coordinator (the ring owner of ``__group:<name>``),
 one owner tenant (claimed by its first use, as on REST, and checked the same way), one offsets store
@@ -28,11 +28,13 @@ from server.kafka.nodes import node_of
 from server.kafka.protocol.errors import ErrorCode
 from server.kafka.protocol.primitives import ProtocolError, Reader
 from server.messaging.authorization import authorize_message, may_use_group
+from server.transactions.coordinator import validate_transactional_id
 
 __all__ = [
     "delete_groups",
     "describe_groups",
     "find_coordinator",
+    "group_here",
     "heartbeat",
     "join_group",
     "leave_group",
@@ -45,22 +47,35 @@ __all__ = [
 
 log = logging.getLogger("talos.kafka")
 
-_GROUP_KEY = 0
+_GROUP_KEY, _TRANSACTION_KEY = 0, 1
 
 
-def _locate(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
+async def _locate(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
+    """Where a group's coordinator is (the ring owner of ``__group:<name>``), or a transactional id's (the owner
+    of its ``__transaction_state`` partition, the id taken as the connection's tenant's)."""
     answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
-    if key_type != _GROUP_KEY:
-        answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="transactions are not supported")
+    if key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
+        answer.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"key type {key_type} is not served")
         return answer
     try:
-        validate_group_name(key)
+        if key_type == _GROUP_KEY:
+            validate_group_name(key)
+        else:
+            validate_transactional_id(key)
     except ApiError as exc:
-        answer.update(error_code=ErrorCode.INVALID_GROUP_ID, error_message=exc.message)
+        invalid = ErrorCode.INVALID_GROUP_ID if key_type == _GROUP_KEY else ErrorCode.INVALID_REQUEST
+        answer.update(error_code=invalid, error_message=exc.message)
+        return answer
+    if key_type == _TRANSACTION_KEY and not _may_use_transactional_ids(ctx):
+        answer.update(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message="not authenticated")
         return answer
     try:
-        node = node_of(ctx.broker, ctx.coordinator.owner(key))
-    except ApiError as exc:  # no server in the ring yet
+        if key_type == _GROUP_KEY:
+            owner = ctx.coordinator.owner(key)
+        else:
+            owner = await ctx.transactions.owner(ctx.session.principal.tenant, key)
+        node = node_of(ctx.broker, owner)
+    except ApiError as exc:  # no server in the ring yet (or the transaction state topic not made yet)
         answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=exc.message)
         return answer
     if node is None:
@@ -70,17 +85,23 @@ def _locate(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
     return answer
 
 
+def _may_use_transactional_ids(ctx: Context) -> bool:
+    """Every authenticated principal may: a tenant's ids are its own (the coordinator keeps them per tenant),
+    so no id needs a grant. With auth on, only a connection that has not authenticated may not."""
+    return not ctx.broker.security.enabled or ctx.session.authenticated
+
+
 async def find_coordinator(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     key_type = body.get("key_type", _GROUP_KEY)
     if ctx.header.api_version >= 4:
         keys = body.get("coordinator_keys") or []
-        return {"throttle_time_ms": 0, "coordinators": [_locate(ctx, key, key_type) for key in keys]}
-    answer = _locate(ctx, body.get("key", ""), key_type)
+        return {"throttle_time_ms": 0, "coordinators": [await _locate(ctx, key, key_type) for key in keys]}
+    answer = await _locate(ctx, body.get("key", ""), key_type)
     answer.pop("key")
     return {"throttle_time_ms": 0, **answer}
 
 
-async def _group(ctx: Context, name: str, *, claim: bool = True) -> KafkaGroup | ErrorCode:
+async def group_here(ctx: Context, name: str, *, claim: bool = True) -> KafkaGroup | ErrorCode:
     """The group here, once the caller may use it; else the error to answer."""
     try:
         validate_group_name(name)
@@ -121,7 +142,7 @@ async def record_membership(coordinator: GroupCoordinator, group: KafkaGroup) ->
 
 
 async def join_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    group = await _group(ctx, body["group_id"])
+    group = await group_here(ctx, body["group_id"])
     failed = {
         "throttle_time_ms": 0,
         "generation_id": -1,
@@ -165,7 +186,7 @@ async def join_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def sync_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    group = await _group(ctx, body["group_id"], claim=False)
+    group = await group_here(ctx, body["group_id"], claim=False)
     if isinstance(group, ErrorCode):
         return {"throttle_time_ms": 0, "error_code": group, "assignment": b""}
     assignments = {a["member_id"]: bytes(a["assignment"] or b"") for a in body.get("assignments") or []}
@@ -181,7 +202,7 @@ async def sync_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def heartbeat(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    group = await _group(ctx, body["group_id"], claim=False)
+    group = await group_here(ctx, body["group_id"], claim=False)
     if isinstance(group, ErrorCode):
         return {"throttle_time_ms": 0, "error_code": group}
     return {
@@ -191,7 +212,7 @@ async def heartbeat(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def leave_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    group = await _group(ctx, body["group_id"], claim=False)
+    group = await group_here(ctx, body["group_id"], claim=False)
     members = body.get("members") or [{"member_id": body.get("member_id", ""), "group_instance_id": None}]
     if isinstance(group, ErrorCode):
         return {"throttle_time_ms": 0, "error_code": group, "members": []}
@@ -219,7 +240,7 @@ async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             ],
         }
 
-    group = await _group(ctx, body["group_id"])
+    group = await group_here(ctx, body["group_id"])
     if isinstance(group, ErrorCode):
         return everywhere(group)
     check = group.check_commit(time.monotonic(), body.get("member_id") or "", body["generation_id_or_member_epoch"])
@@ -255,7 +276,7 @@ async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 async def offset_fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name = body["group_id"]
     requested = body.get("topics")
-    group = await _group(ctx, name, claim=False)
+    group = await group_here(ctx, name, claim=False)
     if isinstance(group, ErrorCode):
         return {
             "throttle_time_ms": 0,
@@ -278,6 +299,13 @@ async def offset_fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
             return {"throttle_time_ms": 0, "error_code": error_code(exc), "topics": []}
         rows = []
     committed = {(r["topic"], r["partition"]): r["offset"] for r in rows if not r.get("instance")}
+    unstable: set[tuple[str, int]] = set()
+    if body.get("require_stable"):  # v7+: offsets a transaction committed and has not decided yet are asked about
+        try:
+            unstable = await ctx.coordinator.unstable_offsets(name)
+        except ApiError as exc:
+            if exc.code != "UNKNOWN_GROUP":
+                return {"throttle_time_ms": 0, "error_code": error_code(exc), "topics": []}
     if requested is None:
         wanted: dict[str, list[int]] = {}
         for topic, index in sorted(committed):
@@ -289,10 +317,10 @@ async def offset_fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         parts = [
             {
                 "partition_index": i,
-                "committed_offset": committed.get((topic, i), -1),
+                "committed_offset": -1 if (topic, i) in unstable else committed.get((topic, i), -1),
                 "committed_leader_epoch": -1,
                 "metadata": "",
-                "error_code": 0,
+                "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT if (topic, i) in unstable else ErrorCode.NONE,
             }
             for i in indexes
         ]
@@ -303,7 +331,7 @@ async def offset_fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 async def describe_groups(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     answers = []
     for name in body.get("groups") or []:
-        group = await _group(ctx, name, claim=False)
+        group = await group_here(ctx, name, claim=False)
         if isinstance(group, ErrorCode):
             answers.append(
                 {
@@ -364,7 +392,7 @@ async def list_groups(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _delete_group(ctx: Context, name: str) -> ErrorCode:
-    group = await _group(ctx, name, claim=False)
+    group = await group_here(ctx, name, claim=False)
     if isinstance(group, ErrorCode):
         return group
     security, who = ctx.broker.security, ctx.session.principal
@@ -401,7 +429,7 @@ def _subscription(metadata: bytes) -> set[str]:
 
 async def offset_delete(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     name = body["group_id"]
-    group = await _group(ctx, name, claim=False)
+    group = await group_here(ctx, name, claim=False)
     if isinstance(group, ErrorCode):
         return {"error_code": group, "throttle_time_ms": 0, "topics": []}
     if group.members and group.protocol_type != "consumer":  # whose members' topics cannot be read

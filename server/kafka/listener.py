@@ -23,7 +23,7 @@ from server import metrics
 from server.broker import Broker
 from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator
-from server.kafka import admin, configs, fetch, groups, produce, topics
+from server.kafka import admin, configs, fetch, groups, produce, topics, txn
 from server.kafka.context import Context
 from server.kafka.group_state import Memberships
 from server.kafka.protocol import (
@@ -37,6 +37,7 @@ from server.kafka.protocol import (
 )
 from server.kafka.protocol.errors import ErrorCode
 from server.kafka.session import MECHANISMS, Session, bearer_token
+from server.transactions.coordinator import TransactionCoordinator
 
 __all__ = ["KafkaListener"]
 
@@ -62,6 +63,11 @@ _HANDLERS: dict[int, Handler] = {
     20: topics.delete_topics,
     21: admin.delete_records,
     22: produce.init_producer_id,
+    24: txn.add_partitions_to_txn,
+    25: txn.add_offsets_to_txn,
+    26: txn.end_txn,
+    27: txn.write_txn_markers,
+    28: txn.txn_offset_commit,
     32: configs.describe_configs,
     33: configs.alter_configs,
     37: admin.create_partitions,
@@ -69,6 +75,9 @@ _HANDLERS: dict[int, Handler] = {
     44: configs.incremental_alter_configs,
     47: groups.offset_delete,
     60: admin.describe_cluster,
+    61: txn.describe_producers,
+    65: txn.describe_transactions,
+    66: txn.list_transactions,
 }
 _MAX_IN_FLIGHT = 64  # requests of one connection being worked on; the next waits to be read
 _TICK_S = 0.25  # how often group sessions, rebalance deadlines and stalled connections are checked
@@ -92,9 +101,10 @@ class _Connection:
 
 
 class KafkaListener:
-    def __init__(self, broker: Broker, coordinator: GroupCoordinator) -> None:
+    def __init__(self, broker: Broker, coordinator: GroupCoordinator, transactions: TransactionCoordinator) -> None:
         self._broker = broker
         self._coordinator = coordinator
+        self._transactions = transactions
         self.memberships = Memberships()
         self._recording: set[asyncio.Future[None]] = set()  # memberships being recorded after an expiry
         self._server: asyncio.Server | None = None
@@ -241,7 +251,7 @@ class KafkaListener:
         body: dict[str, Any],
         turns: list[tuple[asyncio.Future[None] | None, asyncio.Future[None]]],
     ) -> bytes | None:
-        ctx = Context(self._broker, self._coordinator, self.memberships, session, header)
+        ctx = Context(self._broker, self._coordinator, self.memberships, self._transactions, session, header)
         name = API_NAMES.get(header.api_key, str(header.api_key))
         try:
             if header.api_key == _PRODUCE:

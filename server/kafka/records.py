@@ -228,9 +228,9 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
     (producer id/epoch/base sequence, timestamps, record count kept; keys, values, headers kept byte for
     byte; compression codec kept: a compressed Kafka batch becomes a Talos batch compressed with the same
     codec via talos._compression.compress). Checks magic, CRC, lengths, that offset deltas are 0..n-1 in
-    order and lastOffsetDelta == n-1 (Talos has no per-record offset delta), refuses transactional and
-    control batches. Raises KafkaRecordError. Base offsets of the returned batches are 0 (the partition
-    owner assigns them).
+    order and lastOffsetDelta == n-1 (Talos has no per-record offset delta), keeps the transactional
+    bit (Talos's flag is Kafka's), refuses control batches (a client never writes a marker). Raises
+    KafkaRecordError. Base offsets of the returned batches are 0 (the partition owner assigns them).
 
     The Talos ``max_timestamp`` is computed from the records, as the Kafka broker does, not taken from the
     producer. Bytes after the last whole batch are refused (a producer sends whole batches)."""
@@ -256,14 +256,19 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
             raise _corrupt("CRC mismatch")
         # The timestampType bit is not looked at: producers write CreateTime, and what Talos keeps is the
         # records' own timestamps either way.
-        if attributes & (_TRANSACTIONAL | _CONTROL | _DELETE_HORIZON):
-            raise KafkaRecordError(_INVALID_REQUEST, f"attributes {attributes:#x}: transactional or control batch")
+        if attributes & (_CONTROL | _DELETE_HORIZON):
+            # Markers are the coordinator's to write (WriteTxnMarkers), never a producer's; the delete horizon is
+            # the log cleaner's. A transactional data batch (0x10) is taken: the partition checks its
+            # transaction with the coordinator.
+            raise KafkaRecordError(_INVALID_REQUEST, f"attributes {attributes:#x}: a control batch from a client")
         codec = attributes & _CODEC_MASK
         if codec > 4:
             raise _corrupt(f"compression {codec}")
         if count < 1 or last_offset_delta != count - 1:
             raise _corrupt(f"records count {count} with lastOffsetDelta {last_offset_delta}")
         _check_producer(producer_id, epoch, base_sequence, count)
+        if attributes & _TRANSACTIONAL and producer_id < 0:
+            raise KafkaRecordError(_INVALID_REQUEST, "a transactional batch without a producer id")
         start = pos + _KAFKA_HEADER_SIZE
         batch = bytearray(_TALOS_HEADER_SIZE)
         if codec:
@@ -278,8 +283,8 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
         if len(batch) > _TALOS_MAX_LENGTH:
             raise KafkaRecordError(_MESSAGE_TOO_LARGE, f"{len(batch)} bytes, over a Talos batch's {_TALOS_MAX_LENGTH}")
         _TALOS_HEADER.pack_into(
-            batch, 0, 0, len(batch), _codec.MAGIC, 0, codec, count, base_timestamp, max_timestamp,
-            producer_id, epoch, base_sequence,
+            batch, 0, 0, len(batch), _codec.MAGIC, 0, codec | (attributes & _TRANSACTIONAL), count, base_timestamp,
+            max_timestamp, producer_id, epoch, base_sequence,
         )  # fmt: skip
         _CRC.pack_into(batch, _TALOS_CRC_AT, _crc32c.crc32c(memoryview(batch)[_TALOS_CRC_START:]))
         out.append(batch)

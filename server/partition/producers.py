@@ -108,6 +108,11 @@ class ProducerStates:
         if known is None or epoch > known.epoch:
             self._producers[producer_id] = _Producer(epoch, -1)
 
+    def described(self) -> list[tuple[int, int, int]]:
+        """(producer id, epoch, last sequence) of every producer known here: what DescribeProducers shows, to
+        find a hanging transaction's producer. Read only."""
+        return [(producer_id, known.epoch, known.last_sequence) for producer_id, known in self._producers.items()]
+
     def epoch_of(self, producer_id: int) -> int | None:
         known = self._producers.get(producer_id)
         return None if known is None else known.epoch

@@ -343,7 +343,15 @@ def test_connections_past_the_limit_are_closed_and_the_others_served(kafka: Kafk
     assert 1 <= answered <= MAX_CONNECTIONS  # (clients of earlier tests may hold some of the 40)
 
 
-def test_transactions_are_refused_cleanly(kafka: KafkaStandalone) -> None:
-    producer = KafkaProducer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx-1"})
-    with pytest.raises(KafkaException):
-        producer.init_transactions(10)
+def test_transactional_producer_commits(kafka: KafkaStandalone) -> None:
+    """Transactions are served (tests/e2e/test_kafka_transactions.py has the aborts, fencing and offsets): a
+    committed transaction reaches a read_committed consumer."""
+    topic = _topic(kafka, partitions=2)
+    producer = KafkaProducer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in (0, 1):
+        producer.produce(topic, value=f"v{p}".encode(), partition=p)
+    producer.commit_transaction(30)
+    got = _consume_all(kafka, topic, 2, 2, **{"isolation.level": "read_committed"})
+    assert sorted(m.value() for m in got) == [b"v0", b"v1"]  # type: ignore[attr-defined]

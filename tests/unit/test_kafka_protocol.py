@@ -278,6 +278,11 @@ def test_supported_table() -> None:
         20: (0, 6),
         21: (0, 2),
         22: (0, 4),
+        24: (0, 4),
+        25: (0, 3),
+        26: (0, 4),
+        27: (1, 1),
+        28: (0, 3),
         32: (0, 4),
         33: (0, 2),
         36: (0, 2),
@@ -286,6 +291,9 @@ def test_supported_table() -> None:
         44: (0, 1),
         47: (0, 0),
         60: (0, 1),
+        61: (0, 0),
+        65: (0, 0),
+        66: (0, 1),
     }
     assert API_NAMES[0] == "Produce"
     assert API_NAMES[36] == "SaslAuthenticate"

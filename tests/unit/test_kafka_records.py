@@ -366,11 +366,27 @@ def code_of(records: bytes | bytearray, **kwargs: int) -> int:
     return caught.value.code
 
 
-def test_transactional_and_control_batches_are_refused() -> None:
-    assert code_of(kafka_batch(PLAIN[:2], producer=(5, 0, 0), transactional=True)) == INVALID_REQUEST
-    control = kafka_batch(PLAIN[:2])
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP, Codec.ZSTD])
+def test_transactional_batches_keep_their_flag(codec: int) -> None:
+    kafka = kafka_batch(PLAIN[:3], codec=codec, producer=(5, 2, 7), transactional=True)
+    (talos,) = kafka_to_talos(bytes(kafka))
+    header = validate_batch(talos)
+    assert header.transactional and not header.control
+    assert header.flags == codec | _codec.TRANSACTIONAL
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (5, 2, 7)
+    assert talos_records(talos) == expected(PLAIN[:3])
+    back = DefaultRecordBatch(talos_to_kafka(bytes(talos)))  # a reader sees it as a transaction's data
+    assert back.is_transactional and not back.is_control_batch
+
+
+def test_control_batches_and_transactional_ones_without_a_producer_are_refused() -> None:
+    control = kafka_batch(PLAIN[:2], producer=(5, 0, 0), transactional=True)
     control[22] |= 0x20
-    assert code_of(reseal(control)) == INVALID_REQUEST
+    assert code_of(reseal(control)) == INVALID_REQUEST  # a marker is the coordinator's to write
+    horizon = kafka_batch(PLAIN[:2])
+    horizon[22] |= 0x40
+    assert code_of(reseal(horizon)) == INVALID_REQUEST  # the log cleaner's
+    assert code_of(kafka_batch(PLAIN[:2], transactional=True)) == INVALID_REQUEST  # producer id -1
 
 
 @pytest.mark.parametrize("magic", [0, 1])

@@ -4,13 +4,15 @@ Transcribed from Apache Kafka's message definitions (``clients/src/main/resource
 at the 3.8.0 release; Apache License 2.0): field names in snake_case, version ranges, nullable versions,
 tags and defaults as the JSON gives them. Fields that exist only outside the served versions are left out.
 ``ApiSchema.versions`` is the range served here, always within the JSON's ``validVersions``. The admin APIs
-(configs, partitions, records, group deletion, the cluster) are in ``admin_messages.py``.
+(configs, partitions, records, group deletion, the cluster) are in ``admin_messages.py``, the transaction
+APIs in ``txn_messages.py``.
 """
 
 from __future__ import annotations
 
 from server.kafka.protocol.admin_messages import ADMIN_APIS
 from server.kafka.protocol.schema import ApiSchema, Field
+from server.kafka.protocol.txn_messages import TXN_APIS
 
 __all__ = ["APIS"]
 
@@ -871,4 +873,5 @@ APIS: dict[int, ApiSchema] = {
     INIT_PRODUCER_ID.api_key: INIT_PRODUCER_ID,
     SASL_AUTHENTICATE.api_key: SASL_AUTHENTICATE,
     **{api.api_key: api for api in ADMIN_APIS},
+    **{api.api_key: api for api in TXN_APIS},
 }

@@ -9,9 +9,6 @@ them. Fields that exist only outside the served versions are left out (EndTxn v5
 WriteTxnMarkers v2's transaction version, ListTransactions v2's transactional id pattern). ``ApiSchema.versions``
 is the range served here, within the JSON's ``validVersions``: no KIP-890 part 2 version (EndTxn 5) and none that
 only adds an error code (AddPartitionsToTxn 5, AddOffsetsToTxn 4, TxnOffsetCommit 4 and 5).
-
-``TXN_APIS`` is not in ``messages.APIS`` yet: a schema there is advertised and decoded by the listener, so it is
-registered together with its handler.
 """
 
 from __future__ import annotations

@@ -161,6 +161,7 @@ class SinkTask:
                 on_lost=released,
                 instance=f"task-{self.status.task}",
                 max_bytes=FETCH_BYTES,
+                isolation="read_committed",  # an aborted transaction's records never reach the target
             )
             while not stop.is_set():
                 for message in consumer.poll(timeout=self._poll_timeout_s):

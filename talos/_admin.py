@@ -380,8 +380,10 @@ class _Admin(ClientBase[AnyTransport]):
 
     @operation
     def offsets(self, topic: str, partition: int, *, timestamp: int | None = None) -> Steps[dict[str, int]]:
-        """``{"earliest", "latest", "session"}``, and ``"offset"``: the first at or after ``timestamp`` (ms)
-        if given. ``session`` is the partition's load session (it changes when the partition moves)."""
+        """``{"earliest", "latest", "last_stable", "session"}``, and ``"offset"``: the first at or after
+        ``timestamp`` (ms) if given. ``last_stable``: the latest for read-committed readers (below it every
+        transaction is decided). ``session`` is the partition's load session (it changes when the partition
+        moves)."""
         return self._send(offsets_call(topic, partition, timestamp))
 
     @operation

@@ -145,8 +145,8 @@ class Subscription:
             caller = for_tenant(self.tenant)
             try:
                 try:
-                    fetched = await fetch_batches(
-                        self.broker, caller, settings.topic, partition, ledger.end, _READ_BYTES, wait_ms
+                    fetched = await fetch_batches(  # decided transactions only: no aborted message is pushed
+                        self.broker, caller, settings.topic, partition, ledger.end, _READ_BYTES, wait_ms, committed=True
                     )
                 except OffsetOutOfRangeError as exc:
                     raise out_of_range(exc) from None
@@ -211,6 +211,8 @@ class Subscription:
                         # Recovered waiting for its dead letter: the snapshot was written while the letter
                         # was, and the crash came before it was. Only now is its record here to write.
                         self._dead.append((partition, record.offset))
+        if fetched.next_offset > ledger.end:  # past an aborted transaction's batches, left out at the end
+            ledger.skip_to(fetched.next_offset)
         if added:
             self._notify()
 

@@ -39,6 +39,7 @@ from server.coordination import paths as zk_paths
 from server.coordination.producer_ids import ZkProducerIds
 from server.coordination.topics import ZkTopicStore, decode_topic
 from server.errors import ApiError
+from server.partition import txn_checkpoint
 from server.partition.executor import AffinityExecutor
 from server.partition.loaded import LoadedPartition, PartitionState, as_api_error, load_partition_state
 from server.partition.producer_ids import ProducerIds, StorageProducerIds
@@ -461,7 +462,9 @@ class Broker:
         with self.health.operation(f"loading {config.name}/{index}", failures=(StorageError,)):
             plog = PartitionLog.open(self.fs, directory, epochs, config=log_config)
             try:
-                return plog, load_partition_state(plog, self.config.producer_state_window_bytes)
+                checkpoint = txn_checkpoint.latest(self.fs, directory, plog.durable_offset)
+                state = load_partition_state(plog, self.config.producer_state_window_bytes, checkpoint)
+                return plog, state
             except BaseException:
                 plog.close(seal=False)
                 raise
@@ -483,9 +486,37 @@ class Broker:
             await asyncio.wait_for(roll, self.config.flush_timeout_s)
         with contextlib.suppress(LogError):
             await self._io(partition.log.enforce_retention)
+        with contextlib.suppress(LogError, OSError):
+            await self._checkpoint_transactions(partition)
         config = self._topics.get(partition.topic)
         if config is not None:
             self._compact(partition, config, force=False)
+
+    async def _checkpoint_transactions(self, partition: LoadedPartition) -> None:
+        """A checkpoint of the partition's transactions (``server.partition.txn_checkpoint``) when they changed
+        since the last one, or when that one left the tail a load reads (while there is state to keep)."""
+        state = partition.transactions
+        state.forget_below(partition.log.start_offset)
+        held = bool(state.open or state.closing or state.aborted) or partition.transactions_checkpoint >= 0
+        if not partition.transactions_changed and not held:
+            return
+        durable = partition.log.durable_offset
+        if durable <= partition.transactions_checkpoint:
+            return
+        window = self.config.producer_state_window_bytes
+        if not partition.transactions_changed and partition.transactions_checkpoint >= await self._io(
+            partition.log.tail_offset, window
+        ):
+            return
+        directory = partition_dir(self.root, partition.topic, partition.index)
+        snapshot = txn_checkpoint.state_at(state, durable)  # taken now, on the event loop: nothing moves under it
+        partition.transactions_changed = False
+        try:
+            await self._io(txn_checkpoint.write, self.fs, directory, snapshot, durable)
+        except BaseException:
+            partition.transactions_changed = True
+            raise
+        partition.transactions_checkpoint = durable
 
     def _compact(
         self, partition: LoadedPartition, config: TopicConfig, *, force: bool

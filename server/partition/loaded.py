@@ -171,6 +171,9 @@ class LoadedPartition:
         self.log = log
         self.producers = producers or ProducerStates()
         self.transactions = transactions or PartitionTransactions()
+        # Changed since its last checkpoint (``server.partition.txn_checkpoint``), and where that was (-1: none)
+        self.transactions_changed = False
+        self.transactions_checkpoint = -1
         self._markers: dict[int, int] = {}  # producer id -> markers stored since this load
         self._epochs = epochs
         self._verified: set[int] = set()  # producer ids whose newest epoch this load asked the allocator for
@@ -295,6 +298,7 @@ class LoadedPartition:
         self.producers.record(header, base)
         if header.transactional:
             self.transactions.appended(header.producer_id, base, transactional=True)
+            self.transactions_changed = True
         if appended is not None:
             appended.set_result(None)
         group = self._join()
@@ -349,6 +353,7 @@ class LoadedPartition:
             raise as_api_error(exc) from None
         self.producers.record(header, base)  # its epoch fences the older ones (a bump per transaction)
         self._markers[marker.producer_id] = self._markers.get(marker.producer_id, 0) + 1
+        self.transactions_changed = True
         self.transactions.ended(
             marker.producer_id, base, committed=marker.committed, coordinator_epoch=marker.coordinator_epoch
         )
@@ -592,12 +597,19 @@ def _retrieve(future: asyncio.Future[int]) -> None:
         future.exception()
 
 
-def load_partition_state(plog: PartitionLog, window_bytes: int) -> PartitionState:
-    """Idempotent producers' and transactions' state from the last ``window_bytes`` of the log (in an I/O
-    thread, on load)."""
+def load_partition_state(
+    plog: PartitionLog, window_bytes: int, checkpoint: tuple[int, PartitionTransactions] | None = None
+) -> PartitionState:
+    """Idempotent producers' state from the last ``window_bytes`` of the log, and the transactions' from the
+    ``checkpoint`` (offset, state: ``server.partition.txn_checkpoint``) on, or from the same tail if there is
+    none (in an I/O thread, on load)."""
     offset = plog.tail_offset(window_bytes)
     headers = []
     transactions = PartitionTransactions()
+    since = offset  # the transactions' events count from here
+    if checkpoint is not None:
+        since, transactions = checkpoint
+        offset = max(min(offset, since), plog.start_offset)
     while offset < plog.durable_offset:
         data = plog.read(offset, 4 * 1024 * 1024)
         if not data:
@@ -607,6 +619,8 @@ def load_partition_state(plog: PartitionLog, window_bytes: int) -> PartitionStat
                 continue
             headers.append(header)
             offset = header.next_offset
+            if header.base_offset < since:
+                continue  # in the checkpoint already
             if header.control:
                 try:
                     marker = parse_marker(header, decode_records(data, position, verify=False))

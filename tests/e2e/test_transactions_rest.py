@@ -233,3 +233,30 @@ def test_offsets_committed_in_a_transaction_take_effect_with_it_and_survive_a_re
         txn.end(commit=True)
         assert committed_offsets(client, "etl") == {(source, 0): 12}
         assert values(client, sink) == ["out-1", "out-3"]
+
+
+def test_a_late_commit_of_the_previous_transaction_cannot_decide_the_next(server: StandaloneServer) -> None:
+    """Jepsen's Bufstream scenario: the commit of transaction N is sent, its answer is lost, the client goes on
+    with N+1, and the first request (or a retry of it) arrives while N+1 is open. Each end moves the producer
+    to a new epoch, so the late one names an epoch N+1 is not at: it is answered as the retry it is, and N+1
+    stays open (its records invisible) until its own commit."""
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        topic = make_topic(client, "txn-late-commit", 1)
+        txn = Txn(client, "writer-late")
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"n").status_code == 200
+        late_commit = {"commit": True, **txn.ids()}
+        txn.end(commit=True)
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"n+1").status_code == 200
+        for _ in range(2):  # the delayed request, and a client retry of it
+            replay = client.post(f"/v1/transactions/{txn.tid}/end", json=late_commit)
+            assert replay.status_code in (200, 409), replay.text
+            if replay.status_code == 200:  # a retry of N's commit: answered with the epoch N+1 already has
+                assert (replay.json()["producer_id"], replay.json()["producer_epoch"]) == (txn.pid, txn.epoch)
+        assert values(client, topic) == ["n"]  # N+1 still open: not committed by the late request
+        assert client.get(f"/v1/transactions/{txn.tid}").json()["state"] == "Ongoing"
+        late_abort = client.post(f"/v1/transactions/{txn.tid}/end", json={**late_commit, "commit": False})
+        assert late_abort.status_code == 409  # nor aborted by one
+        txn.end(commit=True)
+        assert values(client, topic) == ["n", "n+1"]

@@ -12,9 +12,11 @@ import pytest
 
 from fencing import DirectoryEpochSource, LogConfig, PartitionLog
 from server.errors import ApiError
+from server.partition import txn_checkpoint
 from server.partition.executor import AffinityExecutor
 from server.partition.loaded import LoadedPartition, load_partition_state
 from server.partition.tailcache import TailCache
+from server.partition.transactions import AbortedTransaction, PartitionTransactions
 from talos import RecordData, decode_records, encode_batch, iter_batches
 from talos._codec import TRANSACTIONAL
 from talos._control import ControlType, Marker, marker_batch
@@ -232,3 +234,62 @@ def test_a_transactional_batch_opens_a_transaction_only_if_its_coordinator_says_
         assert p.last_stable_offset == 1
 
     asyncio.run(scenario())
+
+
+def test_a_checkpoint_keeps_the_transactions_a_load_would_not_read_in_the_tail(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    directory = str(tmp_path / "t-0")
+
+    small = LogConfig(segment_bytes=2048)  # so that the tail a load reads is the last few segments
+
+    async def before() -> None:
+        plog = PartitionLog.open(gated, directory, DirectoryEpochSource(gated, directory), config=small)
+        writes, reads = pools
+        p = LoadedPartition(
+            "t",
+            0,
+            plog,
+            TailCache(1 << 20).partition("t", 0),
+            writes.for_key("a"),
+            reads.for_key("a"),
+            group_commit=True,
+        )
+        await p.produce(_txn(b"aborted", 1, 0), in_transaction=_yes)  # 0
+        await p.write_marker(Marker(1, 0, ControlType.ABORT, 3))  # 1
+        await p.produce(_txn(b"open", 2, 0), in_transaction=_yes)  # 2
+        not_durable = asyncio.create_task(p.write_marker(Marker(2, 0, ControlType.COMMIT, 3)))
+        gated.gate.clear()
+        await _until(lambda: p.log.next_offset == 4)
+        # Taken while the commit marker at 3 is not durable: the transaction is still open at offset 3
+        txn_checkpoint.write(gated, directory, p.transactions, 3)
+        gated.gate.set()
+        await not_durable
+        for i in range(200):  # far more than the tail the load reads
+            await p.produce(_plain(b"%d" % i))
+            if i % 20 == 0:
+                await asyncio.get_running_loop().run_in_executor(None, p.log.maybe_roll)
+        await p.close()
+
+    asyncio.run(before())
+    plog = PartitionLog.open(gated, directory, DirectoryEpochSource(gated, directory), config=small)
+    checkpoint = txn_checkpoint.latest(gated, directory, plog.durable_offset)
+    assert checkpoint is not None and checkpoint[0] == 3
+    assert checkpoint[1].open == {2: 2} and checkpoint[1].coordinator_epochs[1] == 3
+    tail_only = load_partition_state(plog, 200)
+    assert tail_only.transactions.aborted == []  # what a load without it would have known
+    state = load_partition_state(plog, 200, checkpoint).transactions
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in state.aborted] == [(1, 0, 1)]
+    assert state.open == {} and state.last_stable_offset(plog.durable_offset) == plog.durable_offset
+    plog.close()
+
+
+def test_a_checkpoint_round_trips_and_an_unreadable_one_is_passed_over(tmp_path: Path) -> None:
+    state = PartitionTransactions({7: 10}, [AbortedTransaction(5, 2, 3)], [], {3: 1})
+    assert txn_checkpoint.decode(txn_checkpoint.encode(state, 12)) == (12, state)
+    fs = GatedFileSystem()
+    directory = str(tmp_path / "p")
+    txn_checkpoint.write(fs, directory, state, 12)
+    fs.write_file(f"{directory}/{txn_checkpoint.CHECKPOINT_DIR}/{20:020d}", b"{not json")
+    assert txn_checkpoint.latest(fs, directory, 100) == (12, state)
+    assert txn_checkpoint.latest(fs, directory, 11) is None

@@ -194,6 +194,14 @@ def _group_path(name: str) -> str:
     return f"/v1/groups/{quote(name, safe='')}"
 
 
+def _list_transactions() -> _Call[list[dict[str, Any]]]:
+    return _Call("GET", "/v1/transactions", lambda r: r.json()["transactions"])  # type: ignore[index]
+
+
+def _describe_transaction(transactional_id: str) -> _Call[dict[str, Any]]:
+    return _Call("GET", f"/v1/transactions/{quote(transactional_id, safe='')}", _json)
+
+
 def _list_groups() -> _Call[list[str]]:
     return _Call("GET", "/v1/groups", lambda r: r.json()["groups"])  # type: ignore[index]
 
@@ -451,6 +459,19 @@ class _Admin(ClientBase[AnyTransport]):
     def list_groups(self) -> Steps[list[str]]:
         """Names of the consumer groups that ever joined (with auth on: those the caller may use)."""
         return self._send(_list_groups())
+
+    @operation
+    def list_transactions(self) -> Steps[list[dict[str, Any]]]:
+        """Every transactional id (the caller's tenant's; the admin: everyone's) with its state (``Empty``,
+        ``Ongoing``, ``PrepareCommit``, ``CompleteCommit``, ...), producer id and epoch, and the partitions of
+        its open transaction."""
+        return self._send(_list_transactions())
+
+    @operation
+    def describe_transaction(self, transactional_id: str) -> Steps[dict[str, Any]]:
+        """One transactional id: its state, producer id and epoch, timeout, the open transaction's start time
+        (ms; -1: none) and partitions. :class:`NotFoundError` if it was never initialized (or expired)."""
+        return self._send(_describe_transaction(transactional_id))
 
     @operation
     def describe_group(self, name: str) -> Steps[dict[str, Any]]:

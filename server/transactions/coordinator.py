@@ -341,6 +341,16 @@ class TransactionCoordinator:
             if tenant is None or state.tenant == tenant
         ]
 
+    async def state_partitions(self) -> int:
+        """How many ``__transaction_state`` partitions (shards) there are."""
+        return await self._topic_partitions()
+
+    async def listed(self, tenant: str | None, index: int) -> list[dict[str, Any]]:
+        """The ids of shard ``index`` (``tenant``'s; every tenant's for None: the admin), read back if this
+        server has just taken it over. Raises :class:`NotOwnerError` if another server owns it."""
+        shard = await self._shard(index)
+        return [_described(s) for s in shard.states.values() if tenant is None or s.tenant == tenant]
+
     # ---------------------------------------------------------------- the coordinator's own moves
 
     async def maintain(self) -> None:

@@ -1,7 +1,7 @@
 """The ``talos`` command line: the root group ``main`` (the console script) and one module per command group.
 
 The rooms: ``_topics`` (talos topics), ``_messages`` (produce, consume), ``_groups`` (consumer groups),
-``_subscriptions`` (subscribe, push subscriptions),
+``_subscriptions`` (subscribe, push subscriptions), ``_transactions`` (transactional ids),
 ``_servers`` (standalone, server, cluster up/down, dev services), ``_security`` (tenants, tokens, acl, quotas),
 ``_connect``, ``_metering``, ``_verify``, ``_bench`` and ``_trace`` (message trace). ``_common`` (the shared
 options, one Admin call, SDK errors as CLI errors), ``_output`` (tables and JSON) and ``_extras`` (which commands
@@ -30,6 +30,7 @@ from talos.cli._servers import cluster, dev, server, standalone
 from talos.cli._subscriptions import subscribe, subscriptions
 from talos.cli._topics import topics
 from talos.cli._trace import trace
+from talos.cli._transactions import transactions
 from talos.cli._verify import verify
 
 __all__ = ["main"]
@@ -60,6 +61,7 @@ for _command in (
     subscribe,
     subscriptions,
     groups,
+    transactions,
     standalone,
     server,
     cluster,

@@ -5,6 +5,9 @@ transaction, a batch outside the transaction is refused, and one open past its t
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -260,3 +263,35 @@ def test_a_late_commit_of_the_previous_transaction_cannot_decide_the_next(server
         assert late_abort.status_code == 409  # nor aborted by one
         txn.end(commit=True)
         assert values(client, topic) == ["n", "n+1"]
+
+
+def test_the_cli_lists_and_describes_transactional_ids(server: StandaloneServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        topic = make_topic(client, "txn-cli", 1)
+        txn = Txn(client, "cli-writer")
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"x").status_code == 200
+
+    def talos(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "talos.cli", *args, "--url", server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout
+
+    listed = talos("transactions", "list")
+    assert "cli-writer" in listed and "Ongoing" in listed and f"{topic}/0" in listed
+    described = json.loads(talos("transactions", "describe", "cli-writer", "--json"))
+    assert described["state"] == "Ongoing" and described["partitions"] == [{"topic": topic, "partition": 0}]
+    assert described["producer_id"] == txn.pid
+    gone = subprocess.run(
+        [sys.executable, "-m", "talos.cli", "transactions", "describe", "nobody", "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert gone.returncode != 0 and "nobody" in gone.stderr

@@ -8,20 +8,27 @@ a group its tenant may use."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from server.broker import Broker
+from server.broker import Broker, NotOwnerError
+from server.errors import ApiError
 from server.groups.coordinator import validate_group_name
 from server.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from server.http.forwarding import relay
 from server.http.routes.security import principal
 from server.messaging.authorization import authorize_message, may_use_group
+from server.messaging.forwarder import answer_of
 from server.topics import MAX_PARTITIONS
 from server.transactions.coordinator import TransactionCoordinator, validate_transactional_id
+from server.transactions.records import TRANSACTION_STATE_TOPIC
+from server.usage.meter import TENANT_HEADER
 from server.web import INT64_MAX, body_schema, json_response, parse_body, read_body
 
 __all__ = ["router"]
@@ -194,6 +201,33 @@ async def describe(transactional_id: str, request: Request) -> Response:
     return await _at_coordinator(request, transactional_id, handle)
 
 
-@router.get("", summary="The transactional ids this server coordinates (the caller's tenant's)")
-async def list_transactions(request: Request) -> Response:
-    return json_response({"transactions": _coordinator(request).coordinated(_tenant(request))})
+@router.get("", summary="Transactional ids and their state (the caller's tenant's; the admin: everyone's)")
+async def list_transactions(request: Request, partition: int | None = None) -> Response:
+    """Every shard (``__transaction_state`` partition) asked at its owner, or (``partition``) one shard here."""
+    coordinator = _coordinator(request)
+    broker: Broker = request.app.state.broker
+    tenant = _tenant(request)
+    count = await coordinator.state_partitions()
+    if partition is not None:
+        if not 0 <= partition < count:
+            raise ApiError(400, "INVALID_REQUEST", f"partition must be 0..{count - 1}")
+        try:
+            return json_response({"transactions": await coordinator.listed(tenant, partition)})
+        except NotOwnerError as exc:
+            return await relay(broker.forwarder, exc.owner, request, b"")
+    headers = {k: v for k, v in request.headers.items() if k in ("authorization", TENANT_HEADER)}
+
+    async def shard(index: int) -> list[dict[str, Any]]:
+        owner = broker.owner(TRANSACTION_STATE_TOPIC, index)
+        if owner.local:
+            with contextlib.suppress(NotOwnerError):
+                return await coordinator.listed(tenant, index)
+        reply = await broker.forwarder.send(
+            owner, "GET", "/v1/transactions", query={"partition": str(index)}, headers=headers, body=None
+        )
+        listed: list[dict[str, Any]] = answer_of(reply)["transactions"]
+        return listed
+
+    shards = await asyncio.gather(*(shard(i) for i in range(count)))
+    everything = sorted((t for s in shards for t in s), key=lambda t: str(t["transactional_id"]))
+    return json_response({"transactions": everything})

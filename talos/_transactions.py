@@ -9,13 +9,14 @@ arrives late, or a retried commit, can never touch the next one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
-from talos._errors import ApiError, TransactionStateError
+from talos._errors import ApiError, TransactionStateError, TransportError
 from talos._idempotence import Idempotence
 from talos._steps import Request, Steps, http, pause
 from talos._transport import check
@@ -23,8 +24,8 @@ from talos._transport import check
 __all__ = ["TransactionState", "add_partition", "end_transaction", "init_transactions", "send_offsets"]
 
 _JSON = {"content-type": "application/json"}
-_CONCURRENT_RETRIES = 100  # CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written
-_CONCURRENT_PAUSE_S = 0.05
+_RETRY_FOR_S = 120.0  # a coordinator that moves is back within seconds; the markers of the last end too
+_CONCURRENT_PAUSE_S = 0.05  # CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written
 
 
 class TransactionState:
@@ -58,19 +59,26 @@ class TransactionState:
 
 
 def _post(url: str, body: dict[str, Any]) -> Steps[dict[str, Any]]:
-    """POST ``body``; CONCURRENT_TRANSACTIONS (the previous transaction still completing) is asked again."""
-    for _ in range(_CONCURRENT_RETRIES):
+    """POST ``body``, asked again while the answer is retriable: CONCURRENT_TRANSACTIONS (the previous
+    transaction still completing), a coordinator moving or unreachable, no answer. Every call here may be
+    repeated: a repeated end is answered as the retry it is (the epoch it names is the one before its bump)."""
+    deadline = time.monotonic() + _RETRY_FOR_S
+    attempt = 0
+    while True:
         request = Request("POST", url, body=orjson.dumps(body), headers=_JSON)
         try:
             answer = check((yield from http(request))).json()
-        except ApiError as exc:
-            if exc.code != "CONCURRENT_TRANSACTIONS":
+        except (ApiError, TransportError) as exc:
+            if isinstance(exc, ApiError) and not exc.retriable:
                 raise
-            yield from pause(_CONCURRENT_PAUSE_S)
+            if time.monotonic() > deadline:
+                raise
+            concurrent = isinstance(exc, ApiError) and exc.code == "CONCURRENT_TRANSACTIONS"
+            yield from pause(_CONCURRENT_PAUSE_S if concurrent else min(0.1 * 2**attempt, 1.0))
+            attempt += 1
             continue
         assert isinstance(answer, dict)
         return answer
-    raise TransactionStateError("the previous transaction of this id did not complete; try again later")
 
 
 def init_transactions(url: str, state: TransactionState) -> Steps[Idempotence]:

@@ -50,6 +50,8 @@ class ServerConfig:
     # Consumer groups.
     group_offsets_partitions: int = 8  # partitions of __consumer_offsets (fixed once created)
     group_snapshot_interval_s: float = 600.0  # a coordinator rewrites each group's state this often
+    transaction_max_timeout_ms: int = 15 * 60 * 1000  # the longest transaction timeout a producer may ask for
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # an id idle this long is forgotten
     group_min_session_s: float = 0.5
     group_max_session_s: float = 300.0
     maintenance_interval_s: float = 30.0  # retention, snapshots, expired group members: checked this often

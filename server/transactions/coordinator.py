@@ -40,6 +40,7 @@ from server.transactions.records import (
     key_of,
     partition_of,
     state_record,
+    tombstone,
     topic_config,
 )
 from server.transactions.state import (
@@ -54,6 +55,7 @@ from server.transactions.state import (
     client_identity,
     complete,
     end_transaction,
+    expired,
     fence_and_abort,
     init_producer,
     markers_for,
@@ -70,7 +72,6 @@ log = logging.getLogger("talos.transactions")
 
 T = TypeVar("T")
 
-MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms
 _READ_BYTES = 4 * 1024 * 1024
 _MARKER_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _INLINE_COMPLETION_S = 10.0  # an end waits this long for its markers, then they go on in the background
@@ -200,7 +201,7 @@ class TransactionCoordinator:
                         transactional_id=transactional_id,
                         tenant=tenant,
                         timeout_ms=timeout_ms,
-                        max_timeout_ms=MAX_TIMEOUT_MS,
+                        max_timeout_ms=self._broker.config.transaction_max_timeout_ms,
                         now_ms=self._now_ms(),
                         fresh_producer_id=fresh,
                         expected=expected,
@@ -354,13 +355,30 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- the coordinator's own moves
 
     async def maintain(self) -> None:
-        """Fence and abort every transaction open past its timeout (Kafka: every 10 s)."""
+        """Fence and abort every transaction open past its timeout (Kafka: every 10 s); forget ids idle past
+        ``transactional_id_expiration_ms`` (Kafka's ``transactional.id.expiration.ms``: a tombstone, which
+        compaction drops)."""
         now = self._now_ms()
+        expiration = self._broker.config.transactional_id_expiration_ms
         for index, shard in list(self._shards.items()):
             for key, state in list(shard.states.items()):
                 if timed_out(state, now_ms=now) and key not in self._completing:
                     with contextlib.suppress(Exception):
                         await self._abort_timed_out(index, key)
+                elif expired(state, now_ms=now, expiration_ms=expiration):
+                    with contextlib.suppress(Exception):
+                        await self._expire(shard, key)
+
+    async def _expire(self, shard: _Shard, key: str) -> None:
+        async with self._lock(key):
+            state = shard.states.get(key)
+            expiration = self._broker.config.transactional_id_expiration_ms
+            if state is None or not expired(state, now_ms=self._now_ms(), expiration_ms=expiration):
+                return
+            record_key, _ = tombstone(state.tenant, state.transactional_id)
+            await shard.loaded.produce(bytearray(encode_batch([RecordData(None, record_key)])))
+            del shard.states[key]
+            log.info("%s: idle since %d: expired", state.transactional_id, state.updated_ms)
 
     async def _abort_timed_out(self, index: int, key: str) -> None:
         async with self._lock(key):

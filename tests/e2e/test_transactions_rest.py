@@ -295,3 +295,25 @@ def test_the_cli_lists_and_describes_transactional_ids(server: StandaloneServer)
         check=False,
     )
     assert gone.returncode != 0 and "nobody" in gone.stderr
+
+
+def test_an_idle_transactional_id_expires_and_a_timeout_past_the_servers_bound_is_refused(tmp_path: Any) -> None:
+    env = {
+        "TALOS_MAINTENANCE_INTERVAL_S": "0.2",
+        "TALOS_TRANSACTIONAL_ID_EXPIRATION_MS": "1000",
+        "TALOS_TRANSACTION_MAX_TIMEOUT_MS": "5000",
+    }
+    with running_standalone(tmp_path / "data", env=env) as server, httpx.Client(base_url=server.url) as client:
+        topic = make_topic(client, "txn-expiry", 1)
+        txn = Txn(client, "short-lived", timeout_ms=4000)
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"x").status_code == 200
+        txn.end(commit=True)
+        deadline = time.monotonic() + 20
+        while client.get(f"/v1/transactions/{txn.tid}").status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gone = client.get(f"/v1/transactions/{txn.tid}")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "TRANSACTIONAL_ID_NOT_FOUND"
+        too_long = client.post(f"/v1/transactions/{txn.tid}/init", json={"timeout_ms": 6000})
+        assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "INVALID_TRANSACTION_TIMEOUT"
+        assert values(client, topic) == ["x"]

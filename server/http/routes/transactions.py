@@ -44,7 +44,11 @@ class Producer(BaseModel):
 
 class InitRequest(BaseModel):
     timeout_ms: int = Field(
-        60_000, ge=1, le=15 * 60 * 1000, description="a transaction open longer than this is aborted"
+        60_000,
+        ge=1,
+        le=2**31 - 1,
+        description="a transaction open longer than this is aborted (at most the server's "
+        "transaction_max_timeout_ms, 15 minutes by default)",
     )
     producer_id: int | None = Field(
         None, ge=0, le=INT64_MAX, description="resume this instance (with producer_epoch) instead of a new one"

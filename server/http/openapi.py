@@ -136,6 +136,9 @@ RULES: tuple[StatusRule, ...] = (
     _rule("/v1/subscriptions", {404, 409, 421, 429}, {"post"}, exact=True),
     # Relayed to the coordinator (direct routing: 421), which loads the state from storage or is moving (503).
     _rule("/v1/subscriptions/", {421, 503}),
+    # Relayed to the id's coordinator (direct routing: 421), which reads its state from storage (503); fenced,
+    # another transaction completing, a state that does not allow the call (409).
+    _rule("/v1/transactions", {409, 421, 503}),
 )
 
 

@@ -45,20 +45,25 @@ class Producer(BaseModel):
 class InitRequest(BaseModel):
     timeout_ms: int = Field(
         60_000,
+        strict=True,
         ge=1,
         le=2**31 - 1,
         description="a transaction open longer than this is aborted (at most the server's "
         "transaction_max_timeout_ms, 15 minutes by default)",
     )
     producer_id: int | None = Field(
-        None, ge=0, le=INT64_MAX, description="resume this instance (with producer_epoch) instead of a new one"
+        None,
+        ge=0,
+        le=INT64_MAX,
+        strict=True,
+        description="resume this instance (with producer_epoch) instead of a new one",
     )
-    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1)
+    producer_epoch: int | None = Field(None, ge=0, le=2**15 - 1, strict=True)
 
 
 class PartitionRef(BaseModel):
     topic: str
-    partition: int = Field(ge=0, lt=MAX_PARTITIONS)
+    partition: int = Field(ge=0, lt=MAX_PARTITIONS, strict=True)
 
 
 class AddPartitionsRequest(Producer):
@@ -70,13 +75,13 @@ class AddGroupRequest(Producer):
 
 
 class EndRequest(Producer):
-    commit: bool = Field(description="true: commit; false: abort")
+    commit: bool = Field(strict=True, description="true: commit; false: abort")
 
 
 class VerifyRequest(Producer):
     tenant: str | None = None
     topic: str
-    partition: int = Field(ge=0, lt=MAX_PARTITIONS)
+    partition: int = Field(ge=0, lt=MAX_PARTITIONS, strict=True)
 
 
 def _coordinator(request: Request) -> TransactionCoordinator:

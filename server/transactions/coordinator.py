@@ -358,6 +358,7 @@ class TransactionCoordinator:
         """Fence and abort every transaction open past its timeout (Kafka: every 10 s); forget ids idle past
         ``transactional_id_expiration_ms`` (Kafka's ``transactional.id.expiration.ms``: a tombstone, which
         compaction drops)."""
+        await self._load_owned()
         now = self._now_ms()
         expiration = self._broker.config.transactional_id_expiration_ms
         for index, shard in list(self._shards.items()):
@@ -379,6 +380,18 @@ class TransactionCoordinator:
             await shard.loaded.produce(bytearray(encode_batch([RecordData(None, record_key)])))
             del shard.states[key]
             log.info("%s: idle since %d: expired", state.transactional_id, state.updated_ms)
+
+    async def _load_owned(self) -> None:
+        """Take up every shard this server owns now, asked for or not: an open transaction whose producer went
+        away must still time out (its partitions' readers wait on it), and a decision found there finished."""
+        try:
+            count = self._broker.topic(TRANSACTION_STATE_TOPIC).partitions
+        except ApiError:
+            return  # nobody used transactions yet
+        for index in range(count):
+            if self._broker.owns(TRANSACTION_STATE_TOPIC, index):  # (a shard held and current: a lookup)
+                with contextlib.suppress(NotOwnerError, ApiError):
+                    await self._shard(index)
 
     async def _abort_timed_out(self, index: int, key: str) -> None:
         async with self._lock(key):

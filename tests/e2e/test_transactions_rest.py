@@ -317,3 +317,20 @@ def test_an_idle_transactional_id_expires_and_a_timeout_past_the_servers_bound_i
         too_long = client.post(f"/v1/transactions/{txn.tid}/init", json={"timeout_ms": 6000})
         assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "INVALID_TRANSACTION_TIMEOUT"
         assert values(client, topic) == ["x"]
+
+
+def test_a_transaction_left_open_by_a_producer_gone_times_out_after_a_restart(tmp_path: Any) -> None:
+    """Nobody asks the coordinator after the restart: it takes its shards up by itself, and aborts."""
+    env = {"TALOS_MAINTENANCE_INTERVAL_S": "0.2"}
+    with running_standalone(tmp_path / "data", env=env) as server, httpx.Client(base_url=server.url) as client:
+        topic = make_topic(client, "txn-orphan", 1)
+        txn = Txn(client, "orphan", timeout_ms=3000)
+        txn.add(topic, 0)
+        assert txn.send(topic, 0, b"orphaned").status_code == 200
+        server.stop()
+        server.start()
+        deadline = time.monotonic() + 30
+        while offsets(client, topic)["last_stable"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert offsets(client, topic)["last_stable"] == offsets(client, topic)["latest"] == 2
+        assert values(client, topic) == []

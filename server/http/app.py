@@ -124,6 +124,11 @@ class MarkerRequest(BaseModel):
     producer_epoch: int = Field(ge=0, le=2**15 - 1, strict=True)
     commit: bool = Field(strict=True, description="true: the transaction commits; false: it aborts")
     coordinator_epoch: int = Field(ge=0, le=2**31 - 1, strict=True)
+    bumped: bool = Field(
+        False,
+        strict=True,
+        description="the transaction ended with an epoch bump: its marker's epoch is above its data's",
+    )
 
 
 class RecordsBelow(BaseModel):
@@ -484,7 +489,8 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         b.check_partition(topic, partition)
         kind = ControlType.COMMIT if body.commit else ControlType.ABORT
         marker = Marker(body.producer_id, body.producer_epoch, kind, body.coordinator_epoch)
-        return json_response(await write_marker(b, caller_of(request.headers), topic, partition, marker))
+        caller = caller_of(request.headers)
+        return json_response(await write_marker(b, caller, topic, partition, marker, bumped=body.bumped))
 
     # ---------------------------------------------------------------- messages (also served by the fast path)
 

@@ -15,19 +15,23 @@ from talos._control import ControlType, Marker
 __all__ = ["marker_body", "write_marker"]
 
 
-def marker_body(marker: Marker) -> dict[str, Any]:
+def marker_body(marker: Marker, *, bumped: bool) -> dict[str, Any]:
     """A marker as the JSON body of ``POST .../txn-markers``."""
     return {
         "producer_id": marker.producer_id,
         "producer_epoch": marker.producer_epoch,
         "commit": marker.type is ControlType.COMMIT,
         "coordinator_epoch": marker.coordinator_epoch,
+        "bumped": bumped,
     }
 
 
-async def write_marker(broker: Broker, caller: Caller, topic: str, partition: int, marker: Marker) -> dict[str, Any]:
+async def write_marker(
+    broker: Broker, caller: Caller, topic: str, partition: int, marker: Marker, *, bumped: bool = False
+) -> dict[str, Any]:
     """Write ``marker`` on the partition, here or at its owner; answered once it is durable there (its offset
-    and the partition's marks). The owner's refusal (an older epoch or coordinator) comes back as an ApiError."""
+    and the partition's marks). The owner's refusal (an older epoch or coordinator) comes back as an ApiError.
+    ``bumped``: the transaction ended with an epoch bump (``LoadedPartition.write_marker``)."""
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
@@ -40,11 +44,11 @@ async def write_marker(broker: Broker, caller: Caller, topic: str, partition: in
             partition,
             "txn-markers",
             query={},
-            body=orjson.dumps(marker_body(marker)),
+            body=orjson.dumps(marker_body(marker, bumped=bumped)),
             content_type=JSON,
             client=False,
             route=False,
         )
         return answer_of(reply)
-    result = await loaded.write_marker(marker)
+    result = await loaded.write_marker(marker, bumped=bumped)
     return {"partition": loaded.index, "offset": result.base_offset, **result.marks()}

@@ -297,7 +297,7 @@ class LoadedPartition:
             raise as_api_error(exc) from None
         self.producers.record(header, base)
         if header.transactional:
-            self.transactions.appended(header.producer_id, base, transactional=True)
+            self.transactions.appended(header.producer_id, base, transactional=True, epoch=header.producer_epoch)
             self.transactions_changed = True
         if appended is not None:
             appended.set_result(None)
@@ -319,15 +319,25 @@ class LoadedPartition:
         durable = await self._group_flush(group)
         return ProduceResult(durable, durable, durable, self.log.epoch, True, self.version)
 
-    async def write_marker(self, marker: Marker) -> ProduceResult:
+    async def write_marker(self, marker: Marker, *, bumped: bool = False) -> ProduceResult:
         """Close ``marker.producer_id``'s transaction here (a commit or abort marker), answered once the marker
         is durable and this load is known to still own the partition. A marker for a producer with nothing
         open here is stored all the same (its coordinator closes every partition it named, and retries).
         Refused from an epoch older than the producer's (a zombie's coordinator decision) and from a
-        coordinator older than the newest one that wrote a marker of this producer here."""
+        coordinator older than the newest one that wrote a marker of this producer here.
+
+        ``bumped``: the transaction ended with an epoch bump (our SDK, KIP-890 part 2), so its marker's epoch is
+        above every epoch of its data. A marker that is not above the open transaction's first epoch is then a
+        late copy of an earlier transaction's (its coordinator retried it, and the first copy was slow): the
+        open transaction is the producer's next one, which it must not close. Nothing is written; it is
+        answered as done (that earlier transaction's marker is here already)."""
         if self.abandoned is not None:
             raise as_api_error(self.abandoned)
         pid = marker.producer_id
+        began = self.transactions.open_epoch(pid)
+        if bumped and began is not None and marker.producer_epoch <= began:
+            durable = self.log.durable_offset
+            return ProduceResult(-1, -1, durable, self.log.epoch, True, self.version)
         known = self.producers.epoch_of(pid)
         if known is not None and marker.producer_epoch < known:
             raise fenced(pid, marker.producer_epoch, known)
@@ -634,6 +644,7 @@ def load_partition_state(
                     coordinator_epoch=marker.coordinator_epoch,
                 )
             elif header.transactional:
-                transactions.appended(header.producer_id, header.base_offset, transactional=True)
+                epoch = header.producer_epoch
+                transactions.appended(header.producer_id, header.base_offset, transactional=True, epoch=epoch)
     transactions.durable(plog.durable_offset)
     return PartitionState(ProducerStates.rebuild(headers), transactions)

@@ -71,14 +71,20 @@ class PartitionTransactions:
     aborted: list[AbortedTransaction] = field(default_factory=list)  # by marker offset
     closing: list[_Closing] = field(default_factory=list)  # markers stored, not yet durable (by offset)
     coordinator_epochs: dict[int, int] = field(default_factory=dict)  # producer id -> newest marker's
+    epochs: dict[int, int] = field(default_factory=dict)  # producer id -> its open transaction's first epoch
 
     # ------------------------------------------------------------------ what the log stores
 
-    def appended(self, producer_id: int, base_offset: int, *, transactional: bool) -> None:
+    def appended(self, producer_id: int, base_offset: int, *, transactional: bool, epoch: int = 0) -> None:
         """A data batch stored at ``base_offset``: a transactional one opens its producer's transaction here if
         none is open (later batches belong to it)."""
         if transactional and producer_id not in self.open:
             self.open[producer_id] = base_offset
+            self.epochs[producer_id] = epoch
+
+    def open_epoch(self, producer_id: int) -> int | None:
+        """The epoch the producer's open transaction here began in (None: none open)."""
+        return self.epochs.get(producer_id) if producer_id in self.open else None
 
     def ended(self, producer_id: int, marker_offset: int, *, committed: bool, coordinator_epoch: int = 0) -> None:
         """A marker stored at ``marker_offset``: it closes the producer's open transaction here, which holds the
@@ -87,6 +93,7 @@ class PartitionTransactions:
         if coordinator_epoch > self.coordinator_epochs.get(producer_id, -1):
             self.coordinator_epochs[producer_id] = coordinator_epoch
         first = self.open.pop(producer_id, None)
+        self.epochs.pop(producer_id, None)
         if first is not None:
             self.closing.append(_Closing(marker_offset, first, producer_id, committed))
 

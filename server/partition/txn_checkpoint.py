@@ -35,11 +35,12 @@ def state_at(state: PartitionTransactions, offset: int) -> PartitionTransactions
     """What ``state`` (the live one, which may hold batches and markers not durable yet) says about the log
     below ``offset`` (durable): a transaction whose marker is at or past it is still open there."""
     open_ = {pid: first for pid, first in state.open.items() if first < offset}
+    epochs = {pid: state.epochs[pid] for pid in open_ if pid in state.epochs}
     for closing in state.closing:
         if closing.marker_offset >= offset and closing.first_offset < offset:
-            open_[closing.producer_id] = closing.first_offset
+            open_[closing.producer_id] = closing.first_offset  # (its epoch went with the marker: unknown, 0)
     aborted = [t for t in state.aborted if t.last_offset < offset]
-    return PartitionTransactions(open_, aborted, [], dict(state.coordinator_epochs))
+    return PartitionTransactions(open_, aborted, [], dict(state.coordinator_epochs), epochs)
 
 
 def encode(state: PartitionTransactions, offset: int) -> bytes:
@@ -50,6 +51,7 @@ def encode(state: PartitionTransactions, offset: int) -> bytes:
         "open": [[pid, first] for pid, first in sorted(state.open.items())],
         "aborted": [[t.producer_id, t.first_offset, t.last_offset] for t in state.aborted],
         "coordinator_epochs": [[pid, epoch] for pid, epoch in sorted(state.coordinator_epochs.items())],
+        "epochs": [[pid, epoch] for pid, epoch in sorted(state.epochs.items())],
     }
     return orjson.dumps(document)
 
@@ -66,6 +68,7 @@ def decode(data: bytes) -> tuple[int, PartitionTransactions]:
             aborted,
             [],
             {int(pid): int(epoch) for pid, epoch in document["coordinator_epochs"]},
+            {int(pid): int(epoch) for pid, epoch in document.get("epochs", [])},
         )
         return int(document["offset"]), state
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:

@@ -435,7 +435,7 @@ class TransactionCoordinator:
         kind = ControlType.COMMIT if commit else ControlType.ABORT
         marker = Marker(producer_id, epoch, kind, shard.coordinator_epoch)
         try:
-            await asyncio.gather(*(self._write_marker(shard, marker, tp) for tp in partitions))
+            await asyncio.gather(*(self._write_marker(shard, marker, tp, prepared.bumped) for tp in partitions))
             # Not under the id's lock (an end holds it while it waits for this): nothing else changes a prepared
             # state (every request answers CONCURRENT_TRANSACTIONS meanwhile, the timeout sweep skips it).
             if shard.states.get(key) is prepared and shard.current:
@@ -445,14 +445,14 @@ class TransactionCoordinator:
         except Exception:
             log.exception("%s: completing failed; retried when the shard loads", prepared.transactional_id)
 
-    async def _write_marker(self, shard: _Shard, marker: Marker, partition: TopicPartition) -> None:
+    async def _write_marker(self, shard: _Shard, marker: Marker, partition: TopicPartition, bumped: bool) -> None:
         topic, index = partition
         attempt = 0
         while True:
             if not shard.current or self._shards.get(shard.loaded.index) is not shard:
                 raise _Superseded("this server no longer coordinates the shard")
             try:
-                await write_marker(self._broker, SERVERS, topic, index, marker)
+                await write_marker(self._broker, SERVERS, topic, index, marker, bumped=bumped)
                 return
             except ApiError as exc:
                 if exc.code == "TRANSACTION_COORDINATOR_FENCED":

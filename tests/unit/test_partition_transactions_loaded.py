@@ -293,3 +293,24 @@ def test_a_checkpoint_round_trips_and_an_unreadable_one_is_passed_over(tmp_path:
     fs.write_file(f"{directory}/{txn_checkpoint.CHECKPOINT_DIR}/{20:020d}", b"{not json")
     assert txn_checkpoint.latest(fs, directory, 100) == (12, state)
     assert txn_checkpoint.latest(fs, directory, 11) is None
+
+
+def test_a_late_copy_of_a_bumped_transactions_marker_does_not_close_the_next_one(
+    tmp_path: Path, pools: Pools, gated: GatedFileSystem
+) -> None:
+    """Transaction N at epoch 3 ends with an epoch bump: its marker carries 4, and N+1 writes at 4. A copy of
+    N's marker its coordinator retried, arriving after N+1 began here, must not commit N+1."""
+
+    async def scenario() -> None:
+        p = _partition(tmp_path, pools, gated, group_commit=True)
+        await p.produce(_txn(b"n", 1, 0, epoch=3), in_transaction=_yes)  # 0
+        await p.write_marker(Marker(1, 4, ControlType.COMMIT, 0), bumped=True)  # 1: N committed
+        await p.produce(_txn(b"n+1", 1, 0, epoch=4), in_transaction=_yes)  # 2: N+1 opens
+        late = await p.write_marker(Marker(1, 4, ControlType.COMMIT, 0), bumped=True)
+        assert late.duplicate and p.log.next_offset == 3  # nothing written
+        assert p.last_stable_offset == 2  # N+1 still open
+        assert _values((await p.fetch(0, 1 << 20, 0, committed=True)).batches) == [b"n"]
+        await p.write_marker(Marker(1, 5, ControlType.COMMIT, 0), bumped=True)  # N+1's own marker
+        assert _values((await p.fetch(0, 1 << 20, 0, committed=True)).batches) == [b"n", b"n+1"]
+
+    asyncio.run(scenario())

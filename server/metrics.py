@@ -120,6 +120,21 @@ _group_rebalances = Counter(
     "talos_group_rebalances", "Group generations started here (joins, leaves, expiries)", registry=REGISTRY
 )
 _groups = Gauge("talos_groups_coordinated", "Consumer groups this server coordinates", registry=REGISTRY)
+_transactions_ended = Counter(
+    "talos_transactions_ended",
+    "Transactions this server decided, by result (commit, abort) and by whom (client, timeout, fence)",
+    ["result", "by"],
+    registry=REGISTRY,
+)
+_transaction_ids = Gauge(
+    "talos_transactional_ids_coordinated", "Transactional ids this server coordinates", registry=REGISTRY
+)
+_transaction_markers = Counter(
+    "talos_transaction_markers",
+    "Transaction markers this server's coordinator wrote, by outcome",
+    ["outcome"],
+    registry=REGISTRY,
+)
 _subscriptions = Gauge(
     "talos_subscriptions_coordinated", "Push subscriptions this server coordinates", registry=REGISTRY
 )
@@ -206,6 +221,18 @@ def throttled(scope: str, resource: str) -> None:
 
 def group_committed() -> None:
     _group_commits.inc()
+
+
+def transaction_ended(result: str, by: str) -> None:
+    _transactions_ended.labels(result, by).inc()
+
+
+def transactional_ids(count: int) -> None:
+    _transaction_ids.set(count)
+
+
+def transaction_marker(outcome: str) -> None:
+    _transaction_markers.labels(outcome).inc()
 
 
 def group_rebalanced() -> None:

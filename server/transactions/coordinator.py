@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import orjson
 
-from server import internal_topics
+from server import internal_topics, metrics
 from server.broker import Broker, NotOwnerError
 from server.cluster import Owner
 from server.errors import ApiError
@@ -135,6 +135,7 @@ class TransactionCoordinator:
             if not local:
                 log.info("%s/%d: no longer its coordinator", TRANSACTION_STATE_TOPIC, index)
                 self._shards.pop(index, None)
+        metrics.transactional_ids(sum(len(s.states) for s in self._shards.values()))
 
     async def _shard(self, index: int) -> _Shard:
         """The shard of partition ``index``, read back if this server has just taken it over (or reloaded it).
@@ -150,6 +151,7 @@ class TransactionCoordinator:
             try:
                 shard = _Shard(loaded, fold(await _read_back(loaded)))
                 self._shards[index] = shard
+                metrics.transactional_ids(sum(len(s.states) for s in self._shards.values()))
                 pending.set_result(shard)
             except BaseException as exc:
                 pending.set_exception(exc)
@@ -210,6 +212,7 @@ class TransactionCoordinator:
                 if not isinstance(outcome, AbortFirst):
                     return outcome.metadata.producer_id, outcome.metadata.producer_epoch
                 log.info("%s: a new instance aborts the open transaction of the older one", transactional_id)
+                metrics.transaction_ended("abort", "fence")
                 await self._complete_within(index, key, outcome.metadata)
                 if shard.states.get(key) is outcome.metadata:  # still completing: Kafka's answer, retried
                     break
@@ -323,6 +326,7 @@ class TransactionCoordinator:
             if isinstance(outcome, AlreadyDone):
                 return client_identity(outcome.metadata)
             await self._persist(shard, key, outcome.metadata)
+            metrics.transaction_ended("commit" if commit else "abort", "client")
             await self._complete_within(index, key, outcome.metadata)
             return client_identity(outcome.metadata)
 
@@ -403,6 +407,7 @@ class TransactionCoordinator:
             prepared = fence_and_abort(state, now_ms=self._now_ms(), fresh_producer_id=fresh)
             log.info("%s: open for over %d ms: fenced and aborted", state.transactional_id, state.timeout_ms)
             await self._persist(shard, key, prepared)
+            metrics.transaction_ended("abort", "timeout")
             self._complete_later(index, key, prepared)
 
     async def _complete_within(self, index: int, key: str, prepared: TxnMetadata) -> None:
@@ -453,6 +458,7 @@ class TransactionCoordinator:
                 raise _Superseded("this server no longer coordinates the shard")
             try:
                 await write_marker(self._broker, SERVERS, topic, index, marker, bumped=bumped)
+                metrics.transaction_marker("written")
                 return
             except ApiError as exc:
                 if exc.code == "TRANSACTION_COORDINATOR_FENCED":
@@ -465,6 +471,7 @@ class TransactionCoordinator:
                     # this id): this marker is superseded there; nothing is open of this transaction.
                     return
                 delay = _MARKER_RETRY_S[min(attempt, len(_MARKER_RETRY_S) - 1)]
+                metrics.transaction_marker("retried")
                 log.info("%s/%d: marker not written yet (%s); retrying in %.2fs", topic, index, exc.message, delay)
             except Exception as exc:  # the owner unreachable, moving: retried
                 delay = _MARKER_RETRY_S[min(attempt, len(_MARKER_RETRY_S) - 1)]
@@ -481,6 +488,7 @@ class TransactionCoordinator:
         batch = bytearray(encode_batch([RecordData(value, record_key)]))
         await shard.loaded.produce(batch)
         shard.states[key] = metadata
+        metrics.transactional_ids(sum(len(s.states) for s in self._shards.values()))
 
     async def _fresh_producer_id(self, tenant: str | None, current: TxnMetadata | None) -> int:
         """A never-used producer id owned by ``tenant``, when the transition may need one (a new id, an epoch

@@ -221,7 +221,10 @@ def position_of(client: _Fetching, topic: str, partition: int) -> Steps[int]:
     key = (topic, partition)
     if key not in positions.next:
         request = Request("GET", **_offsets_request(client._routes, topic, partition, client._timeout))
-        positions.next[key] = positions.initial(check((yield from http(request))).json())  # type: ignore[arg-type]
+        initial = positions.initial(check((yield from http(request))).json())  # type: ignore[arg-type]
+        # Another call (a fetch, position()) may have set it while this one asked, and read on from there since:
+        # not moved back to the start.
+        positions.next.setdefault(key, initial)
     return positions.next[key]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from server.errors import ApiError
@@ -223,31 +224,33 @@ async def leave_group(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": top, "members": answers}
 
 
-async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    topics = body.get("topics") or []
+CommitItems = list[tuple[tuple[str, int], int, int | None]]
 
-    def everywhere(code: int) -> dict[str, Any]:
-        return {
-            "throttle_time_ms": 0,
-            "topics": [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {"partition_index": p["partition_index"], "error_code": code} for p in t["partitions"]
-                    ],
-                }
-                for t in topics
-            ],
-        }
 
-    group = await group_here(ctx, body["group_id"])
-    if isinstance(group, ErrorCode):
-        return everywhere(group)
-    check = group.check_commit(time.monotonic(), body.get("member_id") or "", body["generation_id_or_member_epoch"])
-    if check:
-        return everywhere(check)
+def commit_refused(topics: list[dict[str, Any]], code: int) -> dict[str, Any]:
+    """An OffsetCommit (or TxnOffsetCommit) answer with ``code`` for every partition it names."""
+    return {
+        "throttle_time_ms": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [{"partition_index": p["partition_index"], "error_code": code} for p in t["partitions"]],
+            }
+            for t in topics
+        ],
+    }
+
+
+async def commit_offsets(
+    ctx: Context,
+    group: KafkaGroup,
+    topics: list[dict[str, Any]],
+    commit: Callable[[CommitItems], Awaitable[object]],
+) -> dict[str, Any]:
+    """The partitions the connection may read, committed by ``commit`` (plainly, or in a transaction), the
+    others refused one by one; the answer of OffsetCommit and TxnOffsetCommit."""
     answers: dict[str, list[dict[str, Any]]] = {}
-    items: list[tuple[tuple[str, int], int, int | None]] = []
+    items: CommitItems = []
     for topic in topics:
         try:
             authorize_message(ctx.broker, ctx.session.principal, topic["name"], "fetch")
@@ -263,7 +266,7 @@ async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     if items:
         try:
             await ctx.coordinator.register(group.name)
-            await ctx.coordinator.commit(group.name, None, items)
+            await commit(items)
         except ApiError as exc:
             code = ErrorCode.REBALANCE_IN_PROGRESS if exc.code == "GROUP_ACTIVE" else error_code(exc)
             for parts in answers.values():
@@ -271,6 +274,17 @@ async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
                     if part["error_code"] == ErrorCode.NONE:
                         part["error_code"] = code
     return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": p} for n, p in answers.items()]}
+
+
+async def offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    topics = body.get("topics") or []
+    group = await group_here(ctx, body["group_id"])
+    if isinstance(group, ErrorCode):
+        return commit_refused(topics, group)
+    check = group.check_commit(time.monotonic(), body.get("member_id") or "", body["generation_id_or_member_epoch"])
+    if check:
+        return commit_refused(topics, check)
+    return await commit_offsets(ctx, group, topics, lambda items: ctx.coordinator.commit(group.name, None, items))
 
 
 async def offset_fetch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:

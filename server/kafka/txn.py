@@ -25,7 +25,7 @@ from server.groups.coordinator import validate_group_name
 from server.groups.offsets import OFFSETS_TOPIC, offsets_partition
 from server.kafka.context import Context
 from server.kafka.failures import error_code
-from server.kafka.groups import group_here
+from server.kafka.groups import CommitItems, commit_offsets, commit_refused, group_here
 from server.kafka.protocol.errors import ErrorCode
 from server.messaging.authorization import authorize_message, may_use_group
 from server.messaging.caller import SERVERS
@@ -249,62 +249,31 @@ async def txn_offset_commit(ctx: Context, body: dict[str, Any]) -> dict[str, Any
     marker reaches the group's offsets partition (then committed, or dropped on abort). v3+ carries the
     member's generation, checked as for OffsetCommit (a zombie member of an older generation is refused)."""
     topics = body.get("topics") or []
-
-    def everywhere(code: int) -> dict[str, Any]:
-        parts = [
-            {
-                "name": t["name"],
-                "partitions": [{"partition_index": p["partition_index"], "error_code": code} for p in t["partitions"]],
-            }
-            for t in topics
-        ]
-        return {"throttle_time_ms": 0, "topics": parts}
-
     try:
         validate_transactional_id(body["transactional_id"])
     except ApiError:
-        return everywhere(ErrorCode.INVALID_REQUEST)
+        return commit_refused(topics, ErrorCode.INVALID_REQUEST)
     group = await group_here(ctx, body["group_id"])
     if isinstance(group, ErrorCode):
-        return everywhere(group)
+        return commit_refused(topics, group)
     if ctx.header.api_version >= 3:
         member_id, generation = body.get("member_id") or "", body.get("generation_id", -1)
         check = group.check_commit(time.monotonic(), member_id, generation)
         if check:
-            return everywhere(check)
-    answers: dict[str, list[dict[str, Any]]] = {}
-    items: list[tuple[tuple[str, int], int, int | None]] = []
-    for topic in topics:
-        try:
-            authorize_message(ctx.broker, ctx.session.principal, topic["name"], "fetch")
-            code = ErrorCode.NONE
-        except ApiError as exc:
-            code = error_code(exc)
-        for part in topic["partitions"]:
-            answers.setdefault(topic["name"], []).append(
-                {"partition_index": part["partition_index"], "error_code": code}
-            )
-            if code == ErrorCode.NONE:
-                items.append(((topic["name"], part["partition_index"]), part["committed_offset"], None))
-    if items:
-        try:
-            await ctx.coordinator.register(group.name)
-            await ctx.coordinator.commit_in_transaction(
-                group.name,
-                None,
-                items,
-                producer_id=body["producer_id"],
-                producer_epoch=body["producer_epoch"],
-                transactional_id=body["transactional_id"],
-                tenant=_tenant(ctx),
-            )
-        except ApiError as exc:
-            code = ErrorCode.REBALANCE_IN_PROGRESS if exc.code == "GROUP_ACTIVE" else error_code(exc)
-            for parts in answers.values():
-                for part in parts:
-                    if part["error_code"] == ErrorCode.NONE:
-                        part["error_code"] = code
-    return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": p} for n, p in answers.items()]}
+            return commit_refused(topics, check)
+
+    async def in_transaction(items: CommitItems) -> object:
+        return await ctx.coordinator.commit_in_transaction(
+            group.name,
+            None,
+            items,
+            producer_id=body["producer_id"],
+            producer_epoch=body["producer_epoch"],
+            transactional_id=body["transactional_id"],
+            tenant=_tenant(ctx),
+        )
+
+    return await commit_offsets(ctx, group, topics, in_transaction)
 
 
 # ---------------------------------------------------------------------------------------------------- the coordinator's

@@ -3,6 +3,8 @@ them: a marker's offset counts, it is never a message. Kafka clients parse the c
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from aiokafka.record.control_record import ABORT_MARKER, COMMIT_MARKER, ControlRecord
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -15,7 +17,7 @@ from server.trace.keeper import _add_chunk
 from talos import CorruptBatchError, RecordData, decode_records, encode_batch, read_header, validate_batch
 from talos._codec import CONTROL, TRANSACTIONAL
 from talos._control import ControlType, Marker, marker_batch, parse_marker
-from talos._fetcher import Positions, _decode, _fetch_request
+from talos._fetcher import Positions, _decode, _fetch_request, position_of
 from talos._routing import RouteTable
 from talos._transport import Response
 
@@ -129,3 +131,16 @@ def test_a_read_committed_sdk_consumer_moves_past_what_the_server_left_out_and_s
     request = _fetch_request(RouteTable("http://h"), "t", 0, 8, 1024, 0, 1.0, committed=True)
     assert request["params"]["isolation"] == "read_committed"
     assert "isolation" not in _fetch_request(RouteTable("http://h"), "t", 0, 8, 1024, 0, 1.0)["params"]
+
+
+def test_a_position_asked_while_a_fetch_moved_on_is_not_moved_back() -> None:
+    """``position()`` asks the partition's offsets when it has no position yet; if a fetch set one and read on
+    while it asked, the answer must not move the consumer back to the start (it would hand messages out twice)."""
+    positions = Positions("earliest")
+    client = SimpleNamespace(_state=SimpleNamespace(positions=positions), _routes=RouteTable("http://h"), _timeout=1.0)
+    asking = position_of(client, "t", 0)  # type: ignore[arg-type]
+    next(asking)  # the offsets request is out
+    positions.next[("t", 0)] = 50  # meanwhile the first fetch set the position and read on
+    with pytest.raises(StopIteration) as done:
+        asking.send(Response(200, {}, b'{"earliest": 0, "latest": 60}'))
+    assert done.value.value == 50 and positions.next[("t", 0)] == 50

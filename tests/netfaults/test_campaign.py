@@ -8,6 +8,11 @@ partition must hold, no offset may have had two values, and the group must have 
 message. How long each partition went without an acknowledgement is printed, and, with
 ``TALOS_CAMPAIGN_REPORT=path``, written there (JSON, and a Markdown table next to it) for the docs' table.
 
+The same run checks transactions (``talos verify --transactions``) on a topic of its own under the same fault:
+transactional writers commit or abort transactions over several partitions while read-committed readers read;
+there must be no aborted read, lost committed write, torn transaction, duplicate, offset with two values, or
+read past the last stable offset (:mod:`talos._verify_transactions` defines each), and some must have committed.
+
 While each run lasts and for ``WATCH_AFTER_HEAL_S`` after its fault healed, every server's ``/healthz`` is asked
 about once a second from the clients' namespace (:class:`tests.netfaults.cluster.HealthWatch`); a server that does
 not answer within ``HEALTHZ_TIMEOUT_S`` is recorded (not the owner while the fault cuts it from the clients on
@@ -153,7 +158,7 @@ def took_effect(cluster: NetCluster, fault: str, owner: str) -> bool:
 def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault, watch: HealthWatch) -> dict[str, Any]:
     topic = f"netfaults-{int(time.time() * 1000)}"
     argv = [sys.executable, "-m", "talos.cli", "verify", "--url", cluster.servers["s1"].url, "--topic", topic]
-    argv += ["--seconds", str(SECONDS), "--json"]
+    argv += ["--seconds", str(SECONDS), "--json", "--transactions"]
     log = cluster.base_dir / f"verify-{topic}.log"
     with open(log, "w") as errors:
         process = subprocess.Popen(
@@ -275,8 +280,10 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
         "| fault | producer: acknowledged lost | producer: duplicates | offsets with two values "
         "| max unwritable s (partition) | group consumer: missed "
         + "".join(f"| {kind}: lost / dup / stalled s " for kind in CONNECTORS)
-        + "| longest /healthz silence s |",
-        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS) + "---|",
+        + "| longest /healthz silence s "
+        + "| transactions: committed / aborted / indefinite "
+        + "| transactions: aborted reads / lost / torn / dup / offsets with two values / past LSO |",
+        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS) + "---|---|---|",
     ]
     for name, r in results.items():
         worst = max(r["unwritable"].items(), key=lambda item: item[1]["longest_s"], default=("-", {"longest_s": 0}))
@@ -288,9 +295,22 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
                 f"| {c['lost']} / {c['duplicates']} / {c['stalled_s']:.1f} "
                 for c in (r["connectors"][kind] for kind in CONNECTORS)
             )
-            + f"| {_silences(r)} |"
+            + f"| {_silences(r)} "
+            + f"| {_transactions(r)} |"
         )
     path.with_suffix(".md").write_text("\n".join(rows) + "\n")
+
+
+TRANSACTION_ANOMALIES = ("aborted_reads", "lost", "torn", "duplicates", "offset_conflicts", "past_lso")
+
+
+def _transactions(report: dict[str, Any]) -> str:
+    """``1234 / 301 / 2 | 0 / 0 / 0 / 0 / 0 / 0``: the transaction checker's outcomes, then its anomalies."""
+    txn = report.get("transactions")
+    if not txn:
+        return "- | -"
+    outcomes = f"{txn['committed']} / {txn['aborted']} / {txn['indefinite']}"
+    return outcomes + " | " + " / ".join(str(txn[name]) for name in TRANSACTION_ANOMALIES)
 
 
 def _silences(report: dict[str, Any]) -> str:
@@ -325,6 +345,30 @@ def test_nothing_acknowledged_is_lost_or_duplicated_under(
     assert report["offset_conflicts"] == 0
     assert report["consumer_missed"] == 0
     assert report["ok"] and report["exit_code"] == 0
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_transactions_are_all_or_nothing_and_read_committed_sees_only_commits_under(
+    cluster: NetCluster, search: SearchServer, fault: str
+) -> None:
+    """``talos verify --transactions`` in the same run: 0 of every transaction anomaly."""
+    report = run_fault(cluster, search, fault)  # the run of the producer's test of this fault
+    txn = report["transactions"]
+    print(f"\n== {fault}: transactions (owner {report['owner']})")
+    print(
+        f"committed {txn['committed']}  aborted {txn['aborted']}  indefinite {txn['indefinite']}  "
+        f"values {txn['values_sent']}  read-committed deliveries {txn['observed']}"
+    )
+    print("  ".join(f"{name} {txn[name]}" for name in (*TRANSACTION_ANOMALIES, "unknown", "unsettled")))
+    for kind, examples in txn["examples"].items():
+        for example in examples:
+            print(f"{kind}: {example}")
+    for problem in txn["problems"][:20]:
+        print(f"problem: {problem}")
+    assert txn["committed"] > 0
+    for name in (*TRANSACTION_ANOMALIES, "unknown", "unsettled"):
+        assert txn[name] == 0, f"{name}: {txn['examples']}"
+    assert txn["ok"]
 
 
 @pytest.mark.parametrize(

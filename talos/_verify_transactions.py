@@ -18,6 +18,7 @@ it may have committed or not, but it must still be all or nothing).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -102,6 +103,9 @@ class TransactionSummary:
     unsettled: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # transactional id -> the server coordinating it at the end (a fault campaign reports whether the server it
+    # faulted was one)
+    coordinators: dict[str, str] = field(default_factory=dict)
 
     ANOMALIES = (
         "aborted_reads",
@@ -549,4 +553,17 @@ def run(
         transactions, observed = list(workload.transactions), list(workload.observed)
     summary = analyse(transactions, observed, committed, uncommitted, unsettled=stuck)
     summary.problems[:0] = workload.errors
+    summary.coordinators = _coordinators(url, [f"{topic}-{index}" for index in range(writers)])
     return summary
+
+
+def _coordinators(url: str, transactional_ids: list[str]) -> dict[str, str]:
+    """Which server coordinates each id now (unknown ones left out)."""
+    found = {}
+    with Admin(url) as admin:
+        for transactional_id in transactional_ids:
+            with contextlib.suppress(TalosError):
+                server = admin.describe_transaction(transactional_id).get("coordinator")
+                if isinstance(server, str):
+                    found[transactional_id] = server
+    return found

@@ -334,12 +334,12 @@ class TransactionCoordinator:
         tenant, index, key = await self._located(tenant, transactional_id)
         shard = await self._shard(index)
         with _refusals():
-            return _described(require_known(shard.states.get(key), transactional_id))
+            return self._described(require_known(shard.states.get(key), transactional_id))
 
     def coordinated(self, tenant: str | None) -> list[dict[str, Any]]:
         """The ids this server coordinates now (every tenant's when ``tenant`` is None: the admin)."""
         return [
-            _described(state)
+            self._described(state)
             for shard in self._shards.values()
             if shard.current
             for state in shard.states.values()
@@ -354,7 +354,7 @@ class TransactionCoordinator:
         """The ids of shard ``index`` (``tenant``'s; every tenant's for None: the admin), read back if this
         server has just taken it over. Raises :class:`NotOwnerError` if another server owns it."""
         shard = await self._shard(index)
-        return [_described(s) for s in shard.states.values() if tenant is None or s.tenant == tenant]
+        return [self._described(s) for s in shard.states.values() if tenant is None or s.tenant == tenant]
 
     # ---------------------------------------------------------------- the coordinator's own moves
 
@@ -501,6 +501,9 @@ class TransactionCoordinator:
             self._broker.executor, self._broker.producer_ids.allocate, None, tenant
         )
         return producer_id
+
+    def _described(self, state: TxnMetadata) -> dict[str, Any]:
+        return {**_described(state), "coordinator": self._broker.config.member_id}
 
     def _tenant(self, tenant: str | None) -> str | None:
         """The owner an id is kept under: nobody's with auth off (whatever tenant a request names)."""

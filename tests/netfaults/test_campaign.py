@@ -158,7 +158,9 @@ def took_effect(cluster: NetCluster, fault: str, owner: str) -> bool:
 def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault, watch: HealthWatch) -> dict[str, Any]:
     topic = f"netfaults-{int(time.time() * 1000)}"
     argv = [sys.executable, "-m", "talos.cli", "verify", "--url", cluster.servers["s1"].url, "--topic", topic]
-    argv += ["--seconds", str(SECONDS), "--json", "--transactions"]
+    # Six transactional ids: spread over the servers by their __transaction_state partition, so that the faulted
+    # owner coordinates some in most runs (the report says which did)
+    argv += ["--seconds", str(SECONDS), "--json", "--transactions", "--transaction-writers", "6"]
     log = cluster.base_dir / f"verify-{topic}.log"
     with open(log, "w") as errors:
         process = subprocess.Popen(
@@ -282,8 +284,9 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
         + "".join(f"| {kind}: lost / dup / stalled s " for kind in CONNECTORS)
         + "| longest /healthz silence s "
         + "| transactions: committed / aborted / indefinite "
-        + "| transactions: aborted reads / lost / torn / dup / offsets with two values / past LSO |",
-        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS) + "---|---|---|",
+        + "| transactions: aborted reads / lost / torn / dup / offsets with two values / past LSO "
+        + "| transactional ids the faulted owner coordinated |",
+        "|---|---|---|---|---|---|" + "---|" * len(CONNECTORS) + "---|---|---|---|",
     ]
     for name, r in results.items():
         worst = max(r["unwritable"].items(), key=lambda item: item[1]["longest_s"], default=("-", {"longest_s": 0}))
@@ -296,7 +299,7 @@ def write_report(results: dict[str, dict[str, Any]]) -> None:
                 for c in (r["connectors"][kind] for kind in CONNECTORS)
             )
             + f"| {_silences(r)} "
-            + f"| {_transactions(r)} |"
+            + f"| {_transactions(r)} | {_coordinated_by_owner(r)} |"
         )
     path.with_suffix(".md").write_text("\n".join(rows) + "\n")
 
@@ -311,6 +314,13 @@ def _transactions(report: dict[str, Any]) -> str:
         return "- | -"
     outcomes = f"{txn['committed']} / {txn['aborted']} / {txn['indefinite']}"
     return outcomes + " | " + " / ".join(str(txn[name]) for name in TRANSACTION_ANOMALIES)
+
+
+def _coordinated_by_owner(report: dict[str, Any]) -> str:
+    """``2 of 6``: how many of the checker's transactional ids the faulted owner coordinated at the end."""
+    coordinators = (report.get("transactions") or {}).get("coordinators") or {}
+    mine = sum(1 for server in coordinators.values() if server == report["owner"])
+    return f"{mine} of {len(coordinators)}" if coordinators else "-"
 
 
 def _silences(report: dict[str, Any]) -> str:
@@ -360,6 +370,7 @@ def test_transactions_are_all_or_nothing_and_read_committed_sees_only_commits_un
         f"values {txn['values_sent']}  read-committed deliveries {txn['observed']}"
     )
     print("  ".join(f"{name} {txn[name]}" for name in (*TRANSACTION_ANOMALIES, "unknown", "unsettled")))
+    print(f"coordinators at the end: {txn.get('coordinators')} ({_coordinated_by_owner(report)} on the owner)")
     for kind, examples in txn["examples"].items():
         for example in examples:
             print(f"{kind}: {example}")

@@ -137,8 +137,9 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         app.state.subscriptions = subscriptions = SubscriptionCoordinator(broker)
         app.state.transactions = transactions = TransactionCoordinator(broker)
         broker.transaction_verifier = transactions  # partitions ask it before opening a transaction
-        maintaining = _maintain(broker, coordinator, subscriptions, transactions)
+        maintaining = _maintain(broker, coordinator, subscriptions)
         maintenance = asyncio.get_running_loop().create_task(maintaining)
+        sweeping = asyncio.get_running_loop().create_task(_sweep_transactions(broker, transactions))
         refreshing = asyncio.get_running_loop().create_task(broker.security.run())
         emitter = UsageEmitter(broker, broker.usage)
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
@@ -178,6 +179,7 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
             if kafka is not None:
                 await step("closing the Kafka listener", kafka.close())
             maintenance.cancel()
+            sweeping.cancel()
             refreshing.cancel()
             if emitting is not None:
                 emitting.cancel()
@@ -216,12 +218,21 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
     return app
 
 
-async def _maintain(
-    broker: Broker,
-    coordinator: GroupCoordinator,
-    subscriptions: SubscriptionCoordinator,
-    transactions: TransactionCoordinator,
-) -> None:
+async def _sweep_transactions(broker: Broker, transactions: TransactionCoordinator) -> None:
+    """Transactions open past their timeout aborted (and idle ids forgotten) about every 10 s, as Kafka does:
+    an abandoned one holds its partitions' read-committed readers back until then."""
+    interval = min(10.0, broker.config.maintenance_interval_s)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await transactions.maintain()
+        except (KazooException, ApiError, LogError) as exc:
+            log.warning("transaction sweep stopped early, retried in %g s: %r", interval, exc)
+        except Exception:
+            log.exception("transaction sweep failed")
+
+
+async def _maintain(broker: Broker, coordinator: GroupCoordinator, subscriptions: SubscriptionCoordinator) -> None:
     while True:
         await asyncio.sleep(broker.config.maintenance_interval_s)
         started = time.monotonic()
@@ -230,7 +241,6 @@ async def _maintain(
             await broker.maintain()
             await coordinator.maintain()
             await subscriptions.maintain()
-            await transactions.maintain()  # transactions open past their timeout: aborted
         except (KazooException, ApiError, LogError) as exc:  # ZooKeeper or the storage away: next time
             log.warning("maintenance stopped early, retried in %g s: %r", broker.config.maintenance_interval_s, exc)
         except Exception:

@@ -86,9 +86,11 @@ class Committed:
 
 @dataclass
 class Output:
-    """The counts in the output topic: for each run, the highest count sent per key."""
+    """The counts in the output topic: for each run, the highest count sent per key; and per key every count sent,
+    in the order of the topic (a key's records are all in one partition)."""
 
     highest: dict[str, dict[str, int]]  # run → key → count
+    sent: dict[str, list[int]] = field(default_factory=dict)  # key → counts, in offset order
 
     def highest_of(self, runs: Iterable[str]) -> dict[str, int]:
         """Per key, the highest count any of ``runs`` sent."""
@@ -102,31 +104,63 @@ class Output:
         return self.highest_of(self.highest)
 
 
-def read_output(bootstrap: str, topic: str) -> Output:
-    """Every record of the output topic, from each partition's start to its end now."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "frameworks-reader", "enable.auto.commit": False})
-    highest: dict[str, dict[str, int]] = defaultdict(dict)
+def read_output(bootstrap: str, topic: str, *, timeout: float = 60) -> Output:
+    """Every record of the output topic, from each partition's start to its end now (its high watermark), read
+    committed (librdkafka's default): an exactly-once application's aborted records are left out, and a killed
+    run's open transaction holds the reading back at its first record until the server aborts it (after its
+    transaction timeout, on the server's next maintenance round). A partition is read to its end when the
+    consumer's position reaches it: the transaction markers at the end of a partition are never delivered."""
+    config = {"bootstrap.servers": bootstrap, "group.id": "frameworks-reader", "enable.auto.commit": False}
+    # librdkafka asks a read_committed consumer's watermark for the last stable offset: a read_uncommitted one's is
+    # the high watermark, past every transaction open now
+    watermarks = Consumer({**config, "isolation.level": "read_uncommitted"})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+        ends = {p: watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+    finally:
+        watermarks.close()
+    consumer = Consumer({**config, "isolation.level": "read_committed"})
+    highest: dict[str, dict[str, int]] = defaultdict(dict)
+    sent: dict[str, list[int]] = defaultdict(list)
+    try:
         remaining = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in remaining])
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
         while remaining:
-            assert time.monotonic() < deadline, f"the output topic {topic} not read to its end {ends} in 30 s"
+            if time.monotonic() > deadline:
+                at = {
+                    tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in remaining])
+                }
+                raise AssertionError(f"the output topic {topic} not read to its end {ends} in {timeout:.0f} s: at {at}")
             for message in consumer.consume(num_messages=500, timeout=0.5):
                 assert message.error() is None, message.error()
                 record = json.loads(message.value())
                 run, key, count = str(record["run"]), str(record["key"]), int(record["count"])
                 highest[run][key] = max(highest[run].get(key, 0), count)
-                if message.offset() + 1 >= ends[message.partition()]:
-                    remaining.discard(message.partition())
+                sent[key].append(count)
+            for position in consumer.position([TopicPartition(topic, p) for p in remaining]):
+                if position.offset >= ends[position.partition]:
+                    remaining.discard(position.partition)
     finally:
         consumer.close()
-    return Output(dict(highest))
+    return Output(dict(highest), dict(sent))
+
+
+# A variant of a test → the application script it runs (``SCRIPT_app.py``) and the extra arguments it passes:
+# ``quix-eos`` is the Quix application with processing_guarantee="exactly-once".
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "quix": ("quix", []),
+    "quix-eos": ("quix", ["exactly-once"]),
+    "faust": ("faust", [str(PARTITIONS)]),
+}
+
+
+def exactly_once(framework: str) -> bool:
+    """Whether the variant's application promises exactly-once processing (each final count equals the truth)."""
+    return "exactly-once" in VARIANTS[framework][1]
 
 
 class App:
-    """One framework application process per run (``quix`` or ``faust``), each with its own log."""
+    """One framework application process per run (a variant of ``VARIANTS``), each with its own log."""
 
     def __init__(self, framework: str, kafka: KafkaStandalone, group: str, topics: tuple[str, str], tmp: Path) -> None:
         self.framework = framework
@@ -140,11 +174,9 @@ class App:
     def start(self, run: str, *, delay_s: float) -> ManagedProcess:
         """Run ``run`` of the application, with a state directory of its own (so that its state can only come from
         the changelog topic)."""
-        script = HERE / f"{self.framework}_app.py"
-        argv = [sys.executable, str(script), self.kafka.bootstrap, self.group, *self.topics]
-        argv += [str(self.tmp / f"state-{run}"), str(delay_s), run]
-        if self.framework == "faust":
-            argv.append(str(PARTITIONS))
+        script, extra = VARIANTS[self.framework]
+        argv = [sys.executable, str(HERE / f"{script}_app.py"), self.kafka.bootstrap, self.group, *self.topics]
+        argv += [str(self.tmp / f"state-{run}"), str(delay_s), run, *extra]
         process = ManagedProcess(f"{self.framework}-{run}", argv, log_path=self.tmp / f"app-{run}.log", cwd=REPO)
         process.start()
         self.runs.append(process)

@@ -11,6 +11,10 @@ state store backed by a compacted changelog topic the framework creates, every n
   to the end, and a new run from an empty state, over a few more messages per key, counts on from the changelog
   written across the crash.
 
+Both also run Quix with processing_guarantee="exactly-once" (``quix-eos``: Kafka transactions, the output topic
+read committed): there every key's final count **equals** its number of messages, the counts each key was sent are
+exactly 1, 2, ... up to it, once each, and a killed run's committed counts stop exactly at its committed offsets.
+
 The applications are ``quix_app.py`` and ``faust_app.py`` beside this file, run as processes owned by PID.
 """
 
@@ -29,14 +33,16 @@ from tests.frameworks.harness import (
     PARTITIONS,
     App,
     Committed,
+    Output,
     Workload,
     committed_offsets,
+    exactly_once,
     read_output,
     wait_for,
 )
 from tests.helpers import KafkaStandalone, running_kafka_standalone
 
-FRAMEWORKS = ["quix", "faust"]
+FRAMEWORKS = ["quix", "quix-eos", "faust"]
 KEYS = [f"key-{n}" for n in range(12)]
 PER_KEY = 40
 DELAY_S = 0.02  # a run's processing time per message: 480 messages take about 10 s
@@ -124,6 +130,42 @@ def assert_counted(counts: dict[str, int], expected: dict[str, int], app: App, w
     )
 
 
+def assert_exact(output: Output, true: Counter[str], what: str) -> None:
+    """Exactly once: every key's counts in the output topic are 1, 2, ... up to its number of messages, each sent
+    once (no count lost, none repeated, none past the truth)."""
+    keys = sorted(set(true) | set(output.sent))
+    wrong = {
+        key: runs(output.sent.get(key, [])) for key in keys if output.sent.get(key, []) != list(range(1, true[key] + 1))
+    }
+    assert wrong == {}, f"{what}: key → the counts sent (runs of consecutive counts), not 1..n (n: {dict(true)})"
+    assert output.overall() == dict(true)
+
+
+def runs(counts: list[int]) -> str:
+    """``[1, 2, 3, 7, 8, 2]`` as ``"1..3 7..8 2"``: a key's counts, short enough for a failure message."""
+    spans: list[list[int]] = []
+    for count in counts:
+        if spans and count == spans[-1][1] + 1:
+            spans[-1][1] = count
+        else:
+            spans.append([count, count])
+    return " ".join(f"{a}..{b}" if a != b else str(a) for a, b in spans) or "(none)"
+
+
+def read_when_stable(committed: Committed, app: App, kafka: KafkaStandalone) -> dict[int, int]:
+    """The committed offsets once they can be read: with exactly-once, a killed run's transaction that had sent its
+    offsets (TxnOffsetCommit) but not ended holds them unstable (require_stable) until the server aborts it."""
+    offsets: list[dict[int, int]] = []
+
+    def read() -> bool:
+        answer = committed.read()
+        offsets.extend([answer] if answer is not None else [])
+        return answer is not None
+
+    wait_for(read, timeout=60, what="the committed offsets to be stable", app=app, kafka=kafka, watch=False)
+    return offsets[-1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
@@ -145,8 +187,7 @@ def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
                 kafka=kafka,
             )
             app.kill()
-            at_kill = committed.read()
-            assert at_kill is not None
+            at_kill = read_when_stable(committed, app, kafka)
             assert sum(at_kill.values()) < total, "the first run finished before its kill: raise DELAY_S"
             again = workload.at_or_after(at_kill)
             carried = [key for key in KEYS if 0 < again[key] < PER_KEY]
@@ -157,6 +198,15 @@ def test_an_application_killed_midway_restores_its_counts_from_the_changelog(
             app.stop_all()
     output = read_output(kafka.bootstrap, sink)
     true = workload.true_counts()
+    if exactly_once(framework):
+        assert restarts == []
+        assert_exact(output, true, "exactly once, across the kill")
+        # the first run's committed transactions hold the counts of the messages before its committed offsets,
+        # no more (its open transaction was aborted) and no fewer; the second run counted on from there
+        first = output.highest_of(["first"])
+        assert {key: first.get(key, 0) for key in KEYS} == {key: true[key] - again[key] for key in KEYS}
+        assert output.highest_of(["second"]) == {key: true[key] for key in KEYS if again[key] > 0}
+        return
     assert_counted(output.overall(), true, app, workload, "counted fewer times than the key has messages")
     # From an empty state a run after the kill would reach again[key] at most, fewer than the key's messages.
     second = output.highest_of(["second", *restarts])
@@ -180,6 +230,10 @@ def test_a_server_killed_midway_loses_no_count_and_the_changelog_restores(
     # No member dies here: a session that outlives the server's restart on a loaded machine (6 s did not, in CI:
     # the member's own session ran out while the server was down, and its commit after was refused).
     monkeypatch.setenv("FRAMEWORK_SESSION_TIMEOUT_MS", "30000")
+    # Exactly once: librdkafka fails a transaction whose messages are not acknowledged within its timeout (its
+    # message.timeout.ms is bounded by transaction.timeout.ms), and Quix stops; the 10 s quix_app.py sets (for the
+    # killed run's open transaction to be aborted soon) was not always enough to outlive the restart, 60 s is.
+    monkeypatch.setenv("FRAMEWORK_TRANSACTION_TIMEOUT_MS", "60000")
     source, sink = make_topics(kafka, framework)
     workload = Workload()
     workload.produce(kafka.bootstrap, source, KEYS * PER_KEY)
@@ -206,6 +260,12 @@ def test_a_server_killed_midway_loses_no_count_and_the_changelog_restores(
             app.stop_all()
     output = read_output(kafka.bootstrap, sink)
     true = workload.true_counts()
+    if exactly_once(framework):
+        assert restarts == []
+        assert_exact(output, true, "exactly once, across the server's crash")
+        assert output.highest_of(["first"]) == {key: PER_KEY for key in KEYS}
+        assert output.highest_of(["second"]) == dict(true)
+        return
     assert_counted(output.overall(), true, app, workload, "counted fewer times than the key has messages")
     # From an empty state the second run would count EXTRA_PER_KEY per key: it counts on from the changelog.
     second = output.highest_of(["second", *restarts])

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from fencing import LogError, OffsetOutOfRangeError
 from server.broker import Broker, NotOwnerError
 from server.errors import ApiError
 from server.messaging.admission import admit
 from server.messaging.caller import Caller
-from server.messaging.forwarder import JSON, answer_of, call_partition
+from server.messaging.forwarder import post_to_owner
 from server.partition.loaded import LoadedPartition, as_api_error
 from server.security import audit
 from server.security.access import Principal
@@ -64,21 +62,9 @@ async def delete_records(
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
-        reply = await call_partition(
-            broker.forwarder,
-            caller,
-            exc.owner,
-            "POST",
-            topic,
-            partition,
-            "delete-records",
-            query={},
-            body=orjson.dumps({"offset": offset}),
-            content_type=JSON,
-            client=False,
-            route=False,
+        return await post_to_owner(
+            broker.forwarder, caller, exc.owner, topic, partition, "delete-records", {"offset": offset}
         )
-        return answer_of(reply)
     answer = await delete_records_here(broker, loaded, caller, offset)
     config = broker.topic(topic)
     detail = f"partition {partition}: start {answer['low_watermark']}"

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from server.broker import Broker, NotOwnerError
 from server.messaging.admission import admit
 from server.messaging.authorization import authorize_producers
 from server.messaging.caller import Caller
-from server.messaging.forwarder import JSON, answer_of, call_partition
+from server.messaging.forwarder import post_to_owner
 from server.partition.loaded import LoadedPartition
 
 __all__ = ["fence", "fence_here"]
@@ -35,19 +33,13 @@ async def fence(
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
-        reply = await call_partition(
+        return await post_to_owner(
             broker.forwarder,
             caller,
             exc.owner,
-            "POST",
             topic,
             partition,
             "fence",
-            query={},
-            body=orjson.dumps({"producer_id": producer_id, "producer_epoch": epoch}),
-            content_type=JSON,
-            client=False,
-            route=False,
+            {"producer_id": producer_id, "producer_epoch": epoch},
         )
-        return answer_of(reply)
     return await fence_here(broker, loaded, caller, producer_id, epoch)

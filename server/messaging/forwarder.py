@@ -28,6 +28,7 @@ __all__ = [
     "call_partition",
     "caller_headers",
     "partition_path",
+    "post_to_owner",
 ]
 
 BATCH_CONTENT_TYPE = "application/vnd.talos.batch"
@@ -100,3 +101,32 @@ async def call_partition(
     return await forwarder.send(
         owner, method, path, query=query, headers=headers, body=body, extra_timeout_s=extra_timeout_s
     )
+
+
+async def post_to_owner(
+    forwarder: Forwarder,
+    caller: Caller,
+    owner: Owner,
+    topic: str,
+    partition: int,
+    leaf: str,
+    body: dict[str, Any],
+) -> dict[str, Any]:
+    """A server-side action on the partition (``fence``, ``delete-records``, ``txn-markers``: a JSON ``POST``) at
+    its owner, as ``caller`` (its credentials and tenant, not its address or routing); the owner's JSON answer,
+    or its error as an :class:`ApiError`."""
+    reply = await call_partition(
+        forwarder,
+        caller,
+        owner,
+        "POST",
+        topic,
+        partition,
+        leaf,
+        query={},
+        body=orjson.dumps(body),
+        content_type=JSON,
+        client=False,
+        route=False,
+    )
+    return answer_of(reply)

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from server.broker import Broker, NotOwnerError
 from server.messaging.caller import Caller
-from server.messaging.forwarder import JSON, answer_of, call_partition
+from server.messaging.forwarder import post_to_owner
 from talos._control import ControlType, Marker
 
 __all__ = ["marker_body", "write_marker"]
@@ -35,20 +33,8 @@ async def write_marker(
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
-        reply = await call_partition(
-            broker.forwarder,
-            caller,
-            exc.owner,
-            "POST",
-            topic,
-            partition,
-            "txn-markers",
-            query={},
-            body=orjson.dumps(marker_body(marker, bumped=bumped)),
-            content_type=JSON,
-            client=False,
-            route=False,
+        return await post_to_owner(
+            broker.forwarder, caller, exc.owner, topic, partition, "txn-markers", marker_body(marker, bumped=bumped)
         )
-        return answer_of(reply)
     result = await loaded.write_marker(marker, bumped=bumped)
     return {"partition": loaded.index, "offset": result.base_offset, **result.marks()}

@@ -101,6 +101,8 @@ def test_the_report_has_the_longest_silence_per_server(tmp_path: Path, monkeypat
     write_report({"a fault": result})
     assert json.loads(target.read_text())["a fault"]["healthz_longest_silence_s"]["s2"] == 2.4
     header, rule, row = target.with_suffix(".md").read_text().splitlines()
-    assert header.endswith("| longest /healthz silence s |")
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert header.count("|") == rule.count("|") == row.count("|")
-    assert row.endswith("| s1 0.0 / s2 2.4 / s3 0.0* |")
+    assert cells[columns.index("longest /healthz silence s")] == "s1 0.0 / s2 2.4 / s3 0.0*"
+    assert cells[-3:] == ["-", "-", "-"]  # no transaction checker in this run: its three columns are empty

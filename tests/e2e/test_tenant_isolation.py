@@ -37,10 +37,13 @@ TOPIC = f"{SECRET}-orders"
 GROUP = f"{SECRET}-group"
 CONNECTOR = f"{SECRET}-connector"
 CHECKPOINT = f"{SECRET}-checkpoint-7"
+TRANSACTIONAL_ID = f"{SECRET}-txn"  # B's, with a transaction open on its topic
 SUBSCRIPTION = f"{SECRET}-subscription"
 DENIED = {401, 403, 404}
-# Names each tenant has its own namespace of: A's "bsecret-connector" is A's, not B's (B's must not change).
-TENANT_SCOPED = ("/v1/connectors/",)
+# Names each tenant has its own namespace of: A's "bsecret-connector" is A's, not B's (B's must not change). A
+# call on A's own object of that name may succeed, or conflict with it (A's transactional id named with B's
+# producer id); B's, in the snapshot, must not change.
+TENANT_SCOPED = ("/v1/connectors/", "/v1/transactions/")
 
 
 @dataclass
@@ -94,6 +97,9 @@ def _make_victim(world_url: str, token: str, admin: Admin) -> Victim:
         _ok(b.post("/v1/subscriptions", json=made))
         pull = {"subscriber": "b-worker", "max_messages": 1, "wait_ms": 5000}
         assert len(_ok(b.post(f"/v1/subscriptions/{SUBSCRIPTION}/pull", json=pull))["messages"]) == 1
+        txn = _ok(b.post(f"/v1/transactions/{TRANSACTIONAL_ID}/init", json={"timeout_ms": 900_000}))
+        added = {"partitions": [{"topic": TOPIC, "partition": 0}], **txn}
+        _ok(b.post(f"/v1/transactions/{TRANSACTIONAL_ID}/partitions", json=added))
     return Victim(
         token=token,
         spare_token_id=spare["id"],
@@ -130,6 +136,7 @@ def _path_values(victim: Victim, topic: str) -> dict[str, str]:
         "request_id": str(victim.request_id),
         "name": CONNECTOR,
         "offset": "0",
+        "transactional_id": TRANSACTIONAL_ID,
     }
 
 
@@ -269,6 +276,8 @@ def _snapshot(world: World) -> dict[str, Any]:
         state["subscription"] = {k: v for k, v in subscription.items() if k != "subscribers"}
         dead = _ok(b.get(f"/v1/topics/__sub-dlq.{SUBSCRIPTION}"))["partitions_detail"]
         state["dead letters"] = [(p["earliest"], p["latest"]) for p in dead]
+        txn = _ok(b.get(f"/v1/transactions/{TRANSACTIONAL_ID}"))
+        state["transaction"] = {k: v for k, v in txn.items() if k != "updated_ms"}
     return state
 
 
@@ -285,6 +294,7 @@ def _leaks(world: World, text: str, sent: str) -> list[str]:
         str(victim.producer_id),
         CHECKPOINT,
         SUBSCRIPTION,
+        TRANSACTIONAL_ID,
         f"{SECRET}-m0",
     ]
     return [s for s in secrets_of_b if s in text and s not in sent]
@@ -317,7 +327,7 @@ def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: W
             creates = attack.method == "POST" and "{" not in attack.template
             allowed = DENIED | ({409} if creates else set())
             if attack.template.startswith(TENANT_SCOPED):
-                allowed |= {200, 201, 204}
+                allowed |= {200, 201, 204, 409}
             if attack.method == "GET" and "{" not in attack.template:  # a listing, maybe filtered by B's names
                 if status not in DENIED | {200} or leaked:
                     problems.append(f"{attacker}: {attack.label} → {status}, shows B's {leaked}")

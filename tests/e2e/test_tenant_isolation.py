@@ -61,6 +61,7 @@ class Victim:
     producer_epoch: int
     request_id: int
     connector: bool
+    transactional_producer_id: int  # of B's TRANSACTIONAL_ID (another tenant may have an id of that name)
 
 
 @dataclass
@@ -112,6 +113,7 @@ def _make_victim(world_url: str, token: str, admin: Admin) -> Victim:
         producer_epoch=producer["producer_epoch"],
         request_id=asked["id"],
         connector=connector.status_code == 200,
+        transactional_producer_id=txn["producer_id"],
     )
 
 
@@ -294,7 +296,7 @@ def _leaks(world: World, text: str, sent: str) -> list[str]:
         str(victim.producer_id),
         CHECKPOINT,
         SUBSCRIPTION,
-        TRANSACTIONAL_ID,
+        str(victim.transactional_producer_id),  # (the name is no secret: an attacker may own one like it)
         f"{SECRET}-m0",
     ]
     return [s for s in secrets_of_b if s in text and s not in sent]

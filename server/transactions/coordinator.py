@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -69,8 +69,6 @@ from talos._control import ControlType, Marker
 __all__ = ["TransactionCoordinator", "validate_transactional_id"]
 
 log = logging.getLogger("talos.transactions")
-
-T = TypeVar("T")
 
 _READ_BYTES = 4 * 1024 * 1024
 _MARKER_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)

@@ -93,13 +93,19 @@ class HdfsFile:
         return True  # the lease fences this writer; no path check needed
 
 
+#: How long a datanode may stay silent on an open connection (Hadoop's ``dfs.client.socket-timeout``, 60 s there).
+SOCKET_TIMEOUT_MS = 20_000
+
+
 class HdfsFileSystem(FileSystem):
     lease_fencing = True
     reads_open_files = False  # hsync'd bytes of an open file are invisible to readers
 
     def __init__(self, namenode_url: str) -> None:
         self.url = namenode_url
-        self._client = hdfs_native.Client(namenode_url)
+        # A read of a datanode that never answers (a connection left half-open by a network cut) fails after this
+        # instead of holding its thread for good.
+        self._client = hdfs_native.Client(namenode_url, config={"dfs.client.socket-timeout": str(SOCKET_TIMEOUT_MS)})
 
     def create(self, path: str) -> HdfsFile:
         options = hdfs_native.WriteOptions(create_parent=True, overwrite=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import logging
 import os
@@ -318,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: the watchdog takes them
+    # ``kill -USR1 <pid>``: every thread's stack to stderr, for a server that seems stuck (Java's jstack).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = build_parser()
     args = parser.parse_args(argv)
 

@@ -87,7 +87,9 @@ class Broker:
         # everything else that blocks (metadata, ZooKeeper, the security document) on a plain pool.
         self.write_pool = AffinityExecutor(config.io_threads, "talos-write")
         self.read_pool = AffinityExecutor(config.read_threads, "talos-read")
-        self.executor = ThreadPoolExecutor(max_workers=config.io_threads, thread_name_prefix="talos-io")
+        # More threads than it keeps busy: a load stuck in the storage (a call on a connection a cut left
+        # half-open) holds its thread, and must not leave ZooKeeper and metadata calls waiting behind it.
+        self.executor = ThreadPoolExecutor(max_workers=4 * config.io_threads, thread_name_prefix="talos-io")
         self.cache = TailCache(config.tail_cache_bytes)
         self.compactor = Compactor(config)
         self.cluster: ClusterMember | None = None
@@ -147,7 +149,8 @@ class Broker:
         metrics.loaded(len(loaded), sum(p.flushes for p in loaded))
         metrics.tail_cache(self.cache.used)
         for name, pool in (("write", self.write_pool), ("read", self.read_pool)):
-            metrics.io_pool(name, pool.stats.tasks, pool.stats.queued_s, pool.stats.running_s, pool.queued())
+            stats = pool.stats
+            metrics.io_pool(name, stats.tasks, stats.queued_s, stats.running_s, pool.queued(), stats.spares)
 
     def _join_cluster(self) -> None:
         cluster = ClusterMember(

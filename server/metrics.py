@@ -157,6 +157,12 @@ _pool_queued_s = Gauge(
 )
 _pool_running_s = Gauge("talos_io_run_seconds", "Seconds storage tasks ran, summed", ["pool"], registry=REGISTRY)
 _pool_queued = Gauge("talos_io_queued", "Storage tasks queued or running now", ["pool"], registry=REGISTRY)
+_pool_spares = Gauge(
+    "talos_io_spare_threads_started",
+    "Spare threads started because every thread of the pool was stuck in a storage call",
+    ["pool"],
+    registry=REGISTRY,
+)
 # Set from the loop watchdog's thread (server.loop_watchdog): prometheus_client's own metrics, which take a lock.
 _loop_stalls = Counter(
     "talos_event_loop_stalls",
@@ -369,8 +375,9 @@ def ring_version(version: int) -> None:
     _ring_version.set(version)
 
 
-def io_pool(name: str, tasks: int, queued_s: float, running_s: float, queued: int) -> None:
+def io_pool(name: str, tasks: int, queued_s: float, running_s: float, queued: int, spares: int) -> None:
     """One storage task pool's counts (``write``, ``read``)."""
+    _pool_spares.labels(name).set(spares)
     _pool_tasks.labels(name).set(tasks)
     _pool_queued_s.labels(name).set(queued_s)
     _pool_running_s.labels(name).set(running_s)

@@ -9,13 +9,17 @@ working on which key (a partition) while it has work queued or running:
 * work for any other key goes to the thread with the fewest tasks queued or running (the min-heap; with
   the handful of threads a server has, a scan is as fast as a heap and always exact), leaving out threads
   whose current task has run for more than ``stall_s`` (storage calls take milliseconds: such a thread is
-  stuck on a slow partition, and counting its queue would not show that) unless every thread is.
+  stuck on a slow partition, and counting its queue would not show that) unless every thread is;
+* when every thread has been stuck for longer than ``spare_after_s`` (a cut from HDFS can leave a call
+  waiting on a half-open connection for good), a new key gets a spare thread of its own, up to
+  ``max_spares``: stuck calls cost their threads, never the pool. A spare retires once it has no work.
 
 Each pool counts its tasks and the time they waited in a queue, for ``/metrics``.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -26,6 +30,7 @@ from typing import Any, TypeVar
 
 __all__ = ["AffinityExecutor", "KeyedExecutor", "PoolStats"]
 
+log = logging.getLogger("talos.server")
 T = TypeVar("T")
 _STOP = object()
 
@@ -35,11 +40,14 @@ class PoolStats:
     tasks: int = 0
     queued_s: float = 0.0  # summed over tasks: from submit to start
     running_s: float = 0.0
+    spares: int = 0  # spare threads started because every thread was stuck
 
 
 class _Worker:
-    def __init__(self, pool: AffinityExecutor, index: int) -> None:
+    def __init__(self, pool: AffinityExecutor, index: int, *, spare: bool = False) -> None:
         self.pool = pool
+        self.spare = spare
+        self.retired = False  # a spare with no work left: guarded by the pool's lock
         self.load = 0  # tasks queued or running: guarded by the pool's lock
         self.busy_since: float | None = None  # when the running task started (None: idle)
         self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -61,16 +69,23 @@ class _Worker:
             finally:
                 self.busy_since = None
                 self.pool._done(self, key, started - submitted, time.monotonic() - started)
+            if self.retired:
+                return
 
 
 class AffinityExecutor:
-    def __init__(self, threads: int, name: str, *, stall_s: float = 0.5) -> None:
+    def __init__(
+        self, threads: int, name: str, *, stall_s: float = 0.5, spare_after_s: float = 10.0, max_spares: int = 32
+    ) -> None:
         if threads < 1:
             raise ValueError("threads must be >= 1")
         self.name = name
         self._stall_s = stall_s
+        self._spare_after_s = spare_after_s
+        self._max_spares = max_spares
         self._lock = threading.Lock()
         self._workers = [_Worker(self, i) for i in range(threads)]
+        self._started = threads
         self._holding: dict[Hashable, tuple[_Worker, int]] = {}  # key → (its thread, its tasks there)
         self.stats = PoolStats()
         self._closed = False
@@ -92,7 +107,28 @@ class AffinityExecutor:
     def _least_loaded(self) -> _Worker:
         now = time.monotonic()
         moving = [w for w in self._workers if w.busy_since is None or now - w.busy_since < self._stall_s]
-        return min(moving or self._workers, key=lambda w: (w.load, w.busy_since or 0.0))
+        if moving:
+            return min(moving, key=lambda w: (w.load, w.busy_since or 0.0))
+        stuck = all(now - (w.busy_since or now) >= self._spare_after_s for w in self._workers)
+        if stuck and sum(w.spare for w in self._workers) < self._max_spares:
+            return self._spare()
+        return min(self._workers, key=lambda w: (w.load, w.busy_since or 0.0))
+
+    def _spare(self) -> _Worker:
+        """A new thread for a pool whose every thread is stuck (under the lock)."""
+        worker = _Worker(self, self._started, spare=True)
+        self._started += 1
+        self._workers.append(worker)
+        worker.thread.start()
+        self.stats.spares += 1
+        log.warning(
+            "%s: every thread has been stuck in a call for over %.0f s (storage that does not answer): new work "
+            "goes to a spare thread (%d started so far)",
+            self.name,
+            self._spare_after_s,
+            self.stats.spares,
+        )
+        return worker
 
     def _done(self, worker: _Worker, key: Hashable, waited: float, ran: float) -> None:
         with self._lock:
@@ -105,6 +141,9 @@ class AffinityExecutor:
             self.stats.tasks += 1
             self.stats.queued_s += waited
             self.stats.running_s += ran
+            if worker.spare and worker.load == 0 and not self._closed:
+                worker.retired = True  # nothing is queued on it, and nothing new can be: it leaves the pool
+                self._workers.remove(worker)
 
     def queued(self) -> int:
         """Tasks queued or running now."""
@@ -120,10 +159,11 @@ class AffinityExecutor:
             if self._closed:
                 return
             self._closed = True
-        for worker in self._workers:
+            workers = list(self._workers)
+        for worker in workers:
             worker.jobs.put(_STOP)
         if wait:
-            for worker in self._workers:
+            for worker in workers:
                 worker.thread.join()
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import secrets
+import signal
 import threading
 import time
 import urllib.request
@@ -82,6 +84,21 @@ class NetCluster:
         ring = self.get(via, "/v1/cluster").get("ring", {})
         members = ring.get("members", {}) if isinstance(ring, dict) else {}
         return {str(m) for m in members}
+
+    def stacks_and_logs(self, lines: int = 150) -> str:
+        """Every live server's thread stacks (``kill -USR1``: they go to its log) and the end of its log, for a run
+        that failed."""
+        for server in self.servers.values():
+            if server.alive():
+                with contextlib.suppress(OSError):
+                    os.kill(server.pid, signal.SIGUSR1)
+        time.sleep(1)
+        out = []
+        for name, server in self.servers.items():
+            path = server.log_dir / f"server-{name}.log"
+            tail = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+            out.append(f"===== {name} (alive: {server.alive()}): the last {lines} lines of {path}\n" + "\n".join(tail))
+        return "\n".join(out)
 
     def owners(self, topic: str, via: str = "s1") -> dict[int, str]:
         """Partition → the server that owns it, as ``via`` sees it now."""

@@ -202,6 +202,10 @@ def verify(cluster: NetCluster, fault: str, connectors: ConnectorsUnderFault, wa
             process.wait()
     verify_log = log.read_text()
     print(verify_log[-3000:])
+    if not out.strip():
+        raise AssertionError(
+            f"talos verify printed no report (exit {process.returncode}); its log:\n{verify_log[-4000:]}"
+        )
     report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     report["verify_log_tail"] = verify_log[-2000:]
     owned = sorted(p for p, o in owners.items() if o == owner)
@@ -222,6 +226,7 @@ def run_fault(cluster: NetCluster, search: SearchServer, fault: str) -> dict[str
             RUNS[fault] = _run_fault(cluster, search, fault)
         except Exception as exc:
             RUNS[fault] = exc
+            print(cluster.stacks_and_logs())  # what each server was doing: the run's output, once
     run = RUNS[fault]
     if isinstance(run, Exception):
         raise run

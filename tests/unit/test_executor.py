@@ -44,6 +44,30 @@ def test_a_stuck_key_holds_up_only_itself(pool: AffinityExecutor) -> None:
     assert all(f.result(5) for f in stuck)
 
 
+def test_when_every_thread_is_stuck_a_new_key_gets_a_spare_thread_which_retires_after() -> None:
+    pool = AffinityExecutor(2, "test", spare_after_s=0.3, max_spares=1)
+    release = threading.Event()
+    try:
+        stuck = [pool.submit(f"stuck/{i}", release.wait, 10) for i in range(2)]
+        time.sleep(0.5)  # both threads stuck past spare_after_s (a call on a half-open connection)
+        spare = pool.submit("new/0", lambda: threading.current_thread().name).result(5)
+        assert spare == "test-2" and pool.stats.spares == 1
+        # That spare retired with its work done, so the next stuck pool gets one again; then the cap holds
+        stuck.append(pool.submit("stuck/2", release.wait, 10))
+        time.sleep(0.5)
+        assert pool.stats.spares == 2
+        late = pool.submit("new/1", lambda: threading.current_thread().name)
+        time.sleep(0.2)
+        assert pool.stats.spares == 2 and not late.done()  # max_spares stuck too: it waits its turn
+        release.set()
+        assert late.result(5) in {"test-0", "test-1", "test-3"}
+        assert all(f.result(5) for f in stuck)
+        assert pool.queued() == 0
+    finally:
+        release.set()
+        pool.shutdown()
+
+
 def test_new_keys_go_to_the_least_loaded_thread(pool: AffinityExecutor) -> None:
     release = threading.Event()
     blockers = [pool.submit(f"busy/{i}", release.wait, 10) for i in range(3)]  # three threads busy

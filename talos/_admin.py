@@ -470,7 +470,8 @@ class _Admin(ClientBase[AnyTransport]):
     @operation
     def describe_transaction(self, transactional_id: str) -> Steps[dict[str, Any]]:
         """One transactional id: its state, producer id and epoch, timeout, the open transaction's start time
-        (ms; -1: none) and partitions. :class:`NotFoundError` if it was never initialized (or expired)."""
+        (ms; -1: none) and partitions, and a named producer's lease (``lease_until_ms``, 0: none).
+        :class:`NotFoundError` if it was never initialized (or expired)."""
         return self._send(_describe_transaction(transactional_id))
 
     @operation

@@ -3,14 +3,14 @@
 A new id is a create of its node (a collision: another random id); the next epoch is a compare-and-set
 on the node version, so any server can allocate. The tenant is set at creation and never changes.
 
-Named producers: ``/talos/producer_names/<key>`` = ``{"tenant", "name", "producer_id", "epoch", "until_ms"}``
-(the lease). Taking a lease bumps the id's epoch and writes the lease in one ZooKeeper transaction, so two
-servers claiming at once cannot both win, and the winner's epoch is the id's newest.
+Named producers are transactional ids with a lease, kept by the transaction coordinator, which raises the
+id's epoch here at each claim. ``/talos/producer_names/<key>`` = ``{"tenant", "name", "producer_id", "epoch",
+"until_ms"}`` holds the named producers of before that: the coordinator takes one over at its next claim
+(:meth:`ZkProducerIds.named`), and nothing writes them any more.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -25,10 +25,8 @@ from server.partition.producer_ids import (
     OwnerCache,
     name_key,
     new_producer_id,
-    take_lease,
     unknown_producer,
 )
-from server.partition.producers import fenced
 
 __all__ = ["ZkProducerIds"]
 
@@ -38,7 +36,6 @@ class ZkProducerIds:
         self._zk = zk
         self.owners = OwnerCache()
         zk.ensure_path(paths.PRODUCERS)
-        zk.ensure_path(paths.PRODUCER_NAMES)
 
     def _node(self, producer_id: int) -> tuple[dict[str, Any], Any]:
         try:
@@ -84,42 +81,24 @@ class ZkProducerIds:
             return None  # not allocated by this cluster (e.g. the servers' own usage producer of an old data dir)
         return current if current > epoch else None
 
-    def claim(self, name: str, tenant: str | None, lease_ms: int, holder: tuple[int, int] | None) -> tuple[int, int]:
-        path = f"{paths.PRODUCER_NAMES}/{name_key(tenant, name)}"
+    def raise_epoch(self, producer_id: int, epoch: int) -> None:
         while True:
+            node, stat = self._node(producer_id)
+            if int(node["epoch"]) >= epoch:
+                return
+            node["epoch"] = epoch
             try:
-                data, name_stat = self._zk.get(path)
-            except NoNodeError:
-                if holder is not None:
-                    raise unknown_producer(holder[0]) from None
-                producer_id, epoch = self.allocate(None, tenant)
-                lease = {"tenant": tenant, "name": name, "producer_id": producer_id, "epoch": epoch}
-                try:
-                    self._zk.create(path, orjson.dumps({**lease, "until_ms": _now_ms() + lease_ms}))
-                except NodeExistsError:
-                    continue  # another server named it first: the id just allocated is never used
-                return producer_id, epoch
-            record = orjson.loads(data)
-            producer_id = int(record["producer_id"])
-            node, id_stat = self._node(producer_id)
-            current, now = int(node["epoch"]), _now_ms()
-            if holder is not None:
-                if holder != (producer_id, current):
-                    raise fenced(holder[0], holder[1], current)
-                try:
-                    self._zk.set(path, orjson.dumps({**record, "until_ms": now + lease_ms}), version=name_stat.version)
-                except BadVersionError:
-                    continue
-                return holder
-            take_lease(Lease(int(record["epoch"]), int(record["until_ms"])), current, now)
-            node["epoch"] = current + 1
-            transaction = self._zk.transaction()
-            transaction.set_data(f"{paths.PRODUCERS}/{producer_id}", orjson.dumps(node), version=id_stat.version)
-            lease_record = {**record, "epoch": current + 1, "until_ms": now + lease_ms}
-            transaction.set_data(path, orjson.dumps(lease_record), version=name_stat.version)
-            if all(not isinstance(result, Exception) for result in transaction.commit()):
-                return producer_id, current + 1
+                self._zk.set(f"{paths.PRODUCERS}/{producer_id}", orjson.dumps(node), version=stat.version)
+            except BadVersionError:
+                continue
+            return
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+    def named(self, tenant: str | None, name: str) -> tuple[int, int, Lease | None] | None:
+        try:
+            data, _stat = self._zk.get(f"{paths.PRODUCER_NAMES}/{name_key(tenant, name)}")
+        except NoNodeError:
+            return None
+        record = orjson.loads(data)
+        producer_id = int(record["producer_id"])
+        current = int(self._node(producer_id)[0]["epoch"])
+        return producer_id, current, Lease(int(record["epoch"]), int(record["until_ms"]))

@@ -432,8 +432,7 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
         holder = (
             None if body.producer_id is None or body.producer_epoch is None else (body.producer_id, body.producer_epoch)
         )
-        producer_id, epoch = await producer_service.claim_producer(broker(), who, body.name, body.lease_ms, holder)
-        return json_response({"producer_id": producer_id, "producer_epoch": epoch, "lease_ms": body.lease_ms})
+        return await transactions_routes.claim_named(request, raw, body.name, lease_ms=body.lease_ms, holder=holder)
 
     async def _fence_body(request: Request) -> FenceRequest:
         raw = await read_request_body(request, 4096)

@@ -43,6 +43,9 @@ _BY_CODE: dict[str, ErrorCode] = {
     # The transaction coordinator's refusals (``server.transactions.state.TxnErrorCode``) and a partition's. The
     # handlers gate by version what older clients must not see (PRODUCER_FENCED, and Produce's disguises).
     "CONCURRENT_TRANSACTIONS": ErrorCode.CONCURRENT_TRANSACTIONS,
+    # A live named producer (a connector task) holds the id's lease: a Kafka client retries this one until it
+    # runs out, as it does while the previous transaction completes.
+    "PRODUCER_BUSY": ErrorCode.CONCURRENT_TRANSACTIONS,
     "INVALID_TXN_STATE": ErrorCode.INVALID_TXN_STATE,
     "INVALID_PRODUCER_ID_MAPPING": ErrorCode.INVALID_PRODUCER_ID_MAPPING,
     "TRANSACTIONAL_ID_NOT_FOUND": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,

@@ -36,5 +36,18 @@ async def write_marker(
         return await post_to_owner(
             broker.forwarder, caller, exc.owner, topic, partition, "txn-markers", marker_body(marker, bumped=bumped)
         )
+    first = loaded.transactions.open.get(marker.producer_id)  # the transaction this marker closes, if open here
     result = await loaded.write_marker(marker, bumped=bumped)
+    if first is not None and result.base_offset > first and broker.trace_sample(topic):
+        # The trace of the transaction's messages says how it ended (the range may hold other producers' too).
+        broker.trace.record(
+            topic,
+            partition,
+            first,
+            "transaction_committed" if marker.type is ControlType.COMMIT else "transaction_aborted",
+            last=result.base_offset - 1,
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            marker_offset=result.base_offset,
+        )
     return {"partition": loaded.index, "offset": result.base_offset, **result.marks()}

@@ -7,30 +7,26 @@ another's, and an id never changes owner, so servers cache the owner once looked
 them as files created exclusively in the storage (``<root>/_producers/<id>.<epoch>``, the owner as JSON
 in epoch 0's); a cluster keeps them in ZooKeeper (``server.coordination.producer_ids``).
 
-A **named** producer (``claim(name, tenant, ...)``, Kafka's ``transactional.id``) is one id per (tenant,
-name) that every instance of it shares: a connector task's. Each claim bumps the epoch, and the claimer
-holds a time-limited lease on the name: while a live instance renews it, another claim is refused with
-409 ``PRODUCER_BUSY`` (retriable, ``retry_after_ms`` = what is left of the lease), so a second runner waits
-instead of fencing the first; once the lease lapses (the holder died or paused), the next claim fences it.
-The lease only decides who works; correctness comes from the epoch: a paused holder that wakes after a
-takeover is refused by every partition (``PRODUCER_FENCED``).
+A **named** producer (a connector task's) is a transactional id with a lease: the transaction coordinator keeps
+its producer id and epoch (``server.transactions``), and raises the id's epoch here at each claim
+(:meth:`ProducerIds.raise_epoch`), so that a partition that loads afterwards fences the older instances from this
+record alone. Named producers of before that (``named``) are taken over by the coordinator at their next claim,
+with their id, epoch and lease.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import posixpath
 import secrets
-import threading
-import time
 from typing import Final, Protocol
 
 import orjson
 
 from fencing import FileSystem
 from server.errors import ApiError
-from server.partition.producers import fenced
 
 __all__ = [
     "Lease",
@@ -40,7 +36,6 @@ __all__ = [
     "UNKNOWN",
     "name_key",
     "new_producer_id",
-    "take_lease",
     "unknown_producer",
 ]
 
@@ -61,10 +56,13 @@ class ProducerIds(Protocol):
         """The id's current epoch if it is newer than ``epoch`` (None: ``epoch`` is current, or the id is
         unknown here). Does I/O: asked once per loaded partition and producer."""
 
-    def claim(self, name: str, tenant: str | None, lease_ms: int, holder: tuple[int, int] | None) -> tuple[int, int]:
-        """The named producer's (id, epoch). Without ``holder``: a new epoch and the lease, or 409
-        ``PRODUCER_BUSY`` while another instance's lease lasts. With ``holder`` (its id and epoch): the lease
-        renewed for ``lease_ms`` (0 releases it), or 409 ``PRODUCER_FENCED`` if a newer epoch took over."""
+    def raise_epoch(self, producer_id: int, epoch: int) -> None:
+        """The id's epoch is at least ``epoch`` from now on (the coordinator's newest, for :meth:`newer_epoch`).
+        Does I/O."""
+
+    def named(self, tenant: str | None, name: str) -> tuple[int, int, Lease | None] | None:
+        """A named producer claimed before the coordinator kept them: (its id, that id's epoch, its lease if
+        kept), or None. Does I/O."""
 
 
 class OwnerCache:
@@ -96,20 +94,6 @@ def name_key(tenant: str | None, name: str) -> str:
     return hashlib.sha256(f"{tenant or ''}\0{name}".encode()).hexdigest()[:40]
 
 
-def take_lease(lease: Lease | None, current_epoch: int, now_ms: int) -> None:
-    """Raise 409 ``PRODUCER_BUSY`` while ``lease`` is held by the current epoch's instance."""
-    if lease is not None and lease.epoch == current_epoch and lease.until_ms > now_ms:
-        left = lease.until_ms - now_ms
-        raise ApiError(
-            409,
-            "PRODUCER_BUSY",
-            f"another instance holds this producer for {left / 1000:.1f} s more (it renews while it runs)",
-            retriable=True,
-            details={"retry_after_ms": left},
-            headers={"Retry-After": str(max(1, -(-left // 1000)))},
-        )
-
-
 def new_producer_id() -> int:
     """A random id in 1..2**63-1 (0 and the sequential ids of old data directories are unlikely, not
     excluded: allocation retries on any collision)."""
@@ -125,8 +109,6 @@ class StorageProducerIds:
         self._fs = fs
         self._dir = posixpath.join(root, "_producers")
         self.owners = OwnerCache()
-        self._claims = threading.Lock()
-        self._leases: dict[str, Lease] = {}
         fs.mkdirs(self._dir)
 
     def _path(self, producer_id: int, epoch: int) -> str:
@@ -180,34 +162,23 @@ class StorageProducerIds:
             return None
         return max(self._epochs(producer_id))
 
-    def claim(self, name: str, tenant: str | None, lease_ms: int, holder: tuple[int, int] | None) -> tuple[int, int]:
-        # One process serves a standalone storage, so the leases live in its memory (a restart forgets them:
-        # the next claim then fences whoever was working, who waits for its lease like any second instance).
-        key = name_key(tenant, name)
-        path = posixpath.join(self._dir, "named", key)
-        with self._claims:
-            try:
-                producer_id = int(orjson.loads(self._fs.read(path))["producer_id"])
-            except FileNotFoundError:
-                if holder is not None:
-                    raise unknown_producer(holder[0]) from None
-                producer_id, epoch = self.allocate(None, tenant)
-                self._fs.mkdirs(posixpath.dirname(path))
-                self._fs.publish(path, orjson.dumps({"tenant": tenant, "name": name, "producer_id": producer_id}))
-                self._leases[key] = Lease(epoch, _now_ms() + lease_ms)
-                return producer_id, epoch
-            current = max(self._epochs(producer_id))
-            now = _now_ms()
-            if holder is not None:
-                if holder != (producer_id, current):
-                    raise fenced(holder[0], holder[1], current)
-                self._leases[key] = Lease(current, now + lease_ms)
-                return holder
-            take_lease(self._leases.get(key), current, now)
-            producer_id, epoch = self.allocate(producer_id, tenant)
-            self._leases[key] = Lease(epoch, now + lease_ms)
-            return producer_id, epoch
+    def raise_epoch(self, producer_id: int, epoch: int) -> None:
+        epochs = self._epochs(producer_id)
+        if not epochs:
+            raise unknown_producer(producer_id)
+        top = max(epochs)
+        # The next epoch's file too: newer_epoch(e) looks for e + 1, so every epoch up to ``top`` finds it.
+        for wanted in sorted({top + 1, epoch}):
+            if top < wanted <= epoch:
+                with contextlib.suppress(FileExistsError):
+                    self._fs.publish(self._path(producer_id, wanted), b"{}")
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+    def named(self, tenant: str | None, name: str) -> tuple[int, int, Lease | None] | None:
+        # Leases lived in the memory of the one process a standalone storage has: none survives.
+        try:
+            data = self._fs.read(posixpath.join(self._dir, "named", name_key(tenant, name)))
+        except FileNotFoundError:
+            return None
+        producer_id = int(orjson.loads(data)["producer_id"])
+        epochs = self._epochs(producer_id)
+        return (producer_id, max(epochs), None) if epochs else None

@@ -31,7 +31,16 @@ __all__ = [
 
 TRACE_TOPIC = "__talos_trace"
 # committed: a consumer group moved its offset past the message; acked: a push subscriber acknowledged it.
-KINDS = ("produced", "delivered", "committed", "acked", "retried", "dead_lettered")
+KINDS = (
+    "produced",
+    "transaction_committed",
+    "transaction_aborted",
+    "delivered",
+    "committed",
+    "acked",
+    "retried",
+    "dead_lettered",
+)
 
 
 @lru_cache(maxsize=65536)

@@ -45,6 +45,7 @@ from server.transactions.records import (
 )
 from server.transactions.state import (
     EXHAUSTED_EPOCH,
+    MAX_EPOCH,
     AbortFirst,
     AlreadyDone,
     TopicPartition,
@@ -58,7 +59,9 @@ from server.transactions.state import (
     expired,
     fence_and_abort,
     init_producer,
+    leased,
     markers_for,
+    renew_lease,
     require_known,
     timed_out,
     verify_partitions,
@@ -66,13 +69,16 @@ from server.transactions.state import (
 from talos import RecordData, encode_batch
 from talos._control import ControlType, Marker
 
-__all__ = ["TransactionCoordinator", "validate_transactional_id"]
+__all__ = ["NAMED_TIMEOUT_MS", "TransactionCoordinator", "validate_transactional_id"]
 
 log = logging.getLogger("talos.transactions")
 
 _READ_BYTES = 4 * 1024 * 1024
 _MARKER_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-_INLINE_COMPLETION_S = 10.0  # an end waits this long for its markers, then they go on in the background
+_INLINE_COMPLETION_S = 10.0
+# The transaction timeout a named producer's id gets (Kafka's default transaction.timeout.ms): a connector task
+# writes without transactions, but its id is one like any other.
+NAMED_TIMEOUT_MS = 60_000  # an end waits this long for its markers, then they go on in the background
 
 
 def validate_transactional_id(transactional_id: str) -> str:
@@ -186,15 +192,21 @@ class TransactionCoordinator:
         *,
         timeout_ms: int,
         expected: tuple[int, int] | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int]:
         """InitProducerId: the id's producer id and new epoch, which fences every older instance. An open
-        transaction of an older instance is aborted first, and answered CONCURRENT_TRANSACTIONS (retry)."""
+        transaction of an older instance is aborted first, and answered CONCURRENT_TRANSACTIONS (retry). With
+        ``lease_ms`` (a named producer's claim) the new instance holds the id's lease that long; while another
+        instance's lease lasts, a new one is refused PRODUCER_BUSY instead."""
         tenant, index, key = await self._located(tenant, transactional_id)
         async with self._lock(key):
             shard = await self._shard(index)
             for _ in range(2):  # a second time after aborting an older instance's open transaction
                 current = shard.states.get(key)
+                if current is None:
+                    current = await self._named_before(tenant, transactional_id, timeout_ms)
                 fresh = await self._fresh_producer_id(tenant, current)
+                now_ms = self._now_ms()
                 with _refusals():
                     outcome = init_producer(
                         current,
@@ -202,19 +214,78 @@ class TransactionCoordinator:
                         tenant=tenant,
                         timeout_ms=timeout_ms,
                         max_timeout_ms=self._broker.config.transaction_max_timeout_ms,
-                        now_ms=self._now_ms(),
+                        now_ms=now_ms,
                         fresh_producer_id=fresh,
                         expected=expected,
                     )
-                await self._persist(shard, key, outcome.metadata)
-                if not isinstance(outcome, AbortFirst):
-                    return outcome.metadata.producer_id, outcome.metadata.producer_epoch
-                log.info("%s: a new instance aborts the open transaction of the older one", transactional_id)
-                metrics.transaction_ended("abort", "fence")
-                await self._complete_within(index, key, outcome.metadata)
-                if shard.states.get(key) is outcome.metadata:  # still completing: Kafka's answer, retried
-                    break
+                if isinstance(outcome, AbortFirst):
+                    await self._persist(shard, key, outcome.metadata)
+                    log.info("%s: a new instance aborts the open transaction of the older one", transactional_id)
+                    metrics.transaction_ended("abort", "fence")
+                    await self._complete_within(index, key, outcome.metadata)
+                    if shard.states.get(key) is outcome.metadata:  # still completing: Kafka's answer, retried
+                        break
+                    continue
+                ready = leased(outcome.metadata, lease_ms=lease_ms, now_ms=now_ms)
+                await self._persist(shard, key, ready)
+                await self._raise_epochs(current, ready)
+                return ready.producer_id, ready.producer_epoch
             raise _still_completing(transactional_id)
+
+    async def renew(
+        self, tenant: str | None, transactional_id: str, producer_id: int, producer_epoch: int, *, lease_ms: int
+    ) -> tuple[int, int]:
+        """A named producer's holder keeps its lease ``lease_ms`` longer (0 releases it): PRODUCER_FENCED once
+        a newer instance took the id over."""
+        tenant, index, key = await self._located(tenant, transactional_id)
+        async with self._lock(key):
+            shard = await self._shard(index)
+            current = shard.states.get(key)
+            if current is None:  # a holder that claimed before the upgrade renews: it keeps its lease
+                current = await self._named_before(tenant, transactional_id, NAMED_TIMEOUT_MS)
+            with _refusals():
+                renewed = renew_lease(
+                    current,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    lease_ms=lease_ms,
+                    now_ms=self._now_ms(),
+                )
+            await self._persist(shard, key, renewed)
+            return producer_id, producer_epoch
+
+    async def _named_before(self, tenant: str | None, name: str, timeout_ms: int) -> TxnMetadata | None:
+        """A named producer claimed before named producers were transactional ids, as the state it continues
+        from (its producer id, that id's epoch, its lease): a new instance fences the old one's id, not a new
+        one. None for any other id."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(self._broker.executor, self._broker.producer_ids.named, tenant, name)
+        if found is None:
+            return None
+        producer_id, epoch, lease = found
+        log.info("%s: taking over the named producer %d (epoch %d) kept before", name, producer_id, epoch)
+        return TxnMetadata(
+            transactional_id=name,
+            tenant=tenant,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            timeout_ms=timeout_ms,
+            status=TxnStatus.EMPTY,
+            updated_ms=self._now_ms(),
+            lease_epoch=-1 if lease is None else lease.epoch,
+            lease_until_ms=0 if lease is None else lease.until_ms,
+        )
+
+    async def _raise_epochs(self, before: TxnMetadata | None, after: TxnMetadata) -> None:
+        """The producer id allocator learns the new instance's epoch, so a partition that loads later fences the
+        older instances' idempotent writes from it alone (a connector task writes without transactions); a
+        producer id rotated away is fenced there for good."""
+        raised = [(after.producer_id, after.producer_epoch)]
+        if before is not None and before.producer_id != after.producer_id:
+            raised.append((before.producer_id, MAX_EPOCH))
+        loop = asyncio.get_running_loop()
+        for producer_id, epoch in raised:
+            await loop.run_in_executor(self._broker.executor, self._broker.producer_ids.raise_epoch, producer_id, epoch)
 
     async def add_partitions(
         self,
@@ -553,6 +624,8 @@ def _described(state: TxnMetadata) -> dict[str, Any]:
         "start_ms": state.start_ms,
         "updated_ms": state.updated_ms,
         "partitions": [{"topic": t, "partition": p} for t, p in sorted(state.partitions)],
+        # A named producer's lease (wall-clock ms; 0: none held by the current epoch)
+        "lease_until_ms": state.lease_until_ms if state.lease_epoch == state.producer_epoch else 0,
     }
 
 

@@ -90,6 +90,8 @@ def state_record(metadata: TxnMetadata) -> tuple[bytes, bytes]:
         "start_ms": metadata.start_ms,
         "updated_ms": metadata.updated_ms,
         "bumped": metadata.bumped,
+        "lease_epoch": metadata.lease_epoch,
+        "lease_until_ms": metadata.lease_until_ms,
     }
     return key_of(metadata.tenant, metadata.transactional_id), orjson.dumps(document)
 
@@ -165,6 +167,9 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[str, TxnMetadata | N
             start_ms=_int(document, "start_ms"),
             updated_ms=_int(document, "updated_ms"),
             bumped=bumped,
+            # Absent from records of before named producers were transactional ids: no lease.
+            lease_epoch=_int(document, "lease_epoch") if "lease_epoch" in document else -1,
+            lease_until_ms=_int(document, "lease_until_ms") if "lease_until_ms" in document else 0,
         )
     except KeyError as exc:
         raise ValueError(f"field {exc} missing") from None

@@ -64,7 +64,10 @@ __all__ = [
     "expired",
     "fence_and_abort",
     "init_producer",
+    "lease_left_ms",
+    "leased",
     "markers_for",
+    "renew_lease",
     "require_known",
     "timed_out",
     "verify_partitions",
@@ -118,6 +121,11 @@ class TxnMetadata:
     # This transaction ends (or ended) with a client-requested epoch bump (TV2, our SDK): a request from the
     # epoch before it is a retry. A fence bumps without it.
     bumped: bool = False
+    # A named producer's lease (``POST /v1/producers {"name"}``: a connector task): the epoch whose instance
+    # holds it, until when (wall-clock ms). While it lasts and that epoch is current, a new instance is refused
+    # (PRODUCER_BUSY) instead of fencing it; a client's own epoch bump carries it along, a fence ends it.
+    lease_epoch: int = -1
+    lease_until_ms: int = 0
 
 
 # ---------------------------------------------------------------------- errors
@@ -132,6 +140,7 @@ class TxnErrorCode(StrEnum):
     INVALID_TXN_STATE = "INVALID_TXN_STATE"
     INVALID_TRANSACTION_TIMEOUT = "INVALID_TRANSACTION_TIMEOUT"
     TRANSACTIONAL_ID_NOT_FOUND = "TRANSACTIONAL_ID_NOT_FOUND"
+    PRODUCER_BUSY = "PRODUCER_BUSY"  # Talos's: a named producer's lease is held by a live instance
 
 
 _HTTP_STATUS: Final = {
@@ -141,6 +150,7 @@ _HTTP_STATUS: Final = {
     TxnErrorCode.INVALID_TXN_STATE: 409,
     TxnErrorCode.INVALID_TRANSACTION_TIMEOUT: 400,
     TxnErrorCode.TRANSACTIONAL_ID_NOT_FOUND: 404,
+    TxnErrorCode.PRODUCER_BUSY: 409,
 }
 
 
@@ -148,20 +158,33 @@ class TxnError(Exception):
     """A request the coordinator refuses: ``code`` says which rule (the Kafka edge maps it to its numeric
     code, the REST edge to :meth:`api_error`), the message what happened and what to do."""
 
-    def __init__(self, code: TxnErrorCode, message: str) -> None:
+    def __init__(self, code: TxnErrorCode, message: str, *, retry_after_ms: int = 0) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after_ms = retry_after_ms
 
     @property
     def retriable(self) -> bool:
-        """Only CONCURRENT_TRANSACTIONS: the previous transaction is still completing, so the same request
-        succeeds shortly. Everything else needs the client to do something else."""
-        return self.code is TxnErrorCode.CONCURRENT_TRANSACTIONS
+        """CONCURRENT_TRANSACTIONS (the previous transaction is still completing) and PRODUCER_BUSY (another
+        instance's lease runs out in ``retry_after_ms``): the same request succeeds later. Everything else needs
+        the client to do something else."""
+        return self.code in (TxnErrorCode.CONCURRENT_TRANSACTIONS, TxnErrorCode.PRODUCER_BUSY)
 
     def api_error(self) -> ApiError:
-        """The REST form: 409 for fencing and state conflicts, 400 for a bad timeout, 404 for an unknown id."""
-        return ApiError(_HTTP_STATUS[self.code], self.code.value, self.message, retriable=self.retriable)
+        """The REST form: 409 for fencing, leases and state conflicts, 400 for a bad timeout, 404 for an unknown
+        id."""
+        if self.code is not TxnErrorCode.PRODUCER_BUSY:
+            return ApiError(_HTTP_STATUS[self.code], self.code.value, self.message, retriable=self.retriable)
+        left = self.retry_after_ms
+        return ApiError(
+            409,
+            self.code.value,
+            self.message,
+            retriable=True,
+            details={"retry_after_ms": left},
+            headers={"Retry-After": str(max(1, -(-left // 1000)))},
+        )
 
 
 def _unknown_mapping(transactional_id: str | None, producer_id: int) -> TxnError:
@@ -322,6 +345,47 @@ def _may_resume(current: TxnMetadata, expected: tuple[int, int]) -> bool:
     )
 
 
+def lease_left_ms(current: TxnMetadata | None, *, now_ms: int) -> int:
+    """How long the current instance's lease lasts still (0: none, lapsed, or its holder was fenced)."""
+    current = _live(current)
+    if current is None or current.lease_epoch != current.producer_epoch:
+        return 0
+    return max(0, current.lease_until_ms - now_ms)
+
+
+def _check_lease(current: TxnMetadata | None, *, now_ms: int) -> None:
+    left = lease_left_ms(current, now_ms=now_ms)
+    if left:
+        assert current is not None
+        raise TxnError(
+            TxnErrorCode.PRODUCER_BUSY,
+            f"{current.transactional_id!r}: another instance holds this producer for {left / 1000:.1f} s more "
+            "(it renews while it runs)",
+            retry_after_ms=left,
+        )
+
+
+def leased(metadata: TxnMetadata, *, lease_ms: int, now_ms: int) -> TxnMetadata:
+    """``metadata`` with its current epoch's instance holding the lease for ``lease_ms`` (0: none held)."""
+    if lease_ms <= 0:
+        return dataclasses.replace(metadata, lease_epoch=-1, lease_until_ms=0)
+    return dataclasses.replace(metadata, lease_epoch=metadata.producer_epoch, lease_until_ms=now_ms + lease_ms)
+
+
+def renew_lease(
+    current: TxnMetadata | None, *, producer_id: int, producer_epoch: int, lease_ms: int, now_ms: int
+) -> TxnMetadata:
+    """The holder (``producer_id`` at ``producer_epoch``, the current epoch) keeps the lease for ``lease_ms``
+    more (0 releases it). PRODUCER_FENCED once a newer instance took the id over; INVALID_PRODUCER_ID_MAPPING
+    for an id it is not (expired, or never claimed)."""
+    current = _live(current)
+    if current is None or current.producer_id != producer_id:
+        raise _unknown_mapping(None if current is None else current.transactional_id, producer_id)
+    if producer_epoch != current.producer_epoch:
+        raise _fenced(current, producer_id, producer_epoch)
+    return dataclasses.replace(leased(current, lease_ms=lease_ms, now_ms=now_ms), updated_ms=now_ms)
+
+
 def init_producer(
     current: TxnMetadata | None,
     *,
@@ -348,12 +412,16 @@ def init_producer(
       resume that succeeded: the same epoch again; any other ``expected`` epoch is fenced. An exhausted epoch
       rotates to ``fresh_producer_id`` at epoch 0 instead.
 
-    A timeout outside 1..``max_timeout_ms`` is INVALID_TRANSACTION_TIMEOUT before anything else.
+    A timeout outside 1..``max_timeout_ms`` is INVALID_TRANSACTION_TIMEOUT before anything else; a new instance
+    (no ``expected``) while another's lease lasts is PRODUCER_BUSY, and the new state holds no lease (the
+    caller gives it one with :func:`leased`).
     """
     _check_timeout(transactional_id, timeout_ms, max_timeout_ms)
     if expected is not None and expected[0] < 0:
         expected = None  # v3+ clients send (-1, -1) when they do not resume
     current = _live(current)
+    if expected is None:
+        _check_lease(current, now_ms=now_ms)
     if current is None:
         return Ready(
             TxnMetadata(
@@ -381,6 +449,8 @@ def init_producer(
         updated_ms=now_ms,
         next_producer_id=-1,
         bumped=False,
+        lease_epoch=-1,
+        lease_until_ms=0,
     )
     if expected is None:
         last_epoch = -1  # a new instance: whoever held the id is fenced and cannot resume
@@ -465,6 +535,7 @@ def _prepare(current: TxnMetadata, *, commit: bool, bump: bool, now_ms: int, fre
     status = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
     if not bump:
         return dataclasses.replace(current, status=status, updated_ms=now_ms, next_producer_id=-1, bumped=False)
+    held = current.lease_epoch == current.producer_epoch  # the client's own bump keeps its lease
     return dataclasses.replace(
         current,
         status=status,
@@ -473,6 +544,7 @@ def _prepare(current: TxnMetadata, *, commit: bool, bump: bool, now_ms: int, fre
         next_producer_id=fresh_producer_id if _exhausted(current.producer_epoch) else -1,
         updated_ms=now_ms,
         bumped=True,
+        lease_epoch=_bump(current.producer_epoch) if held else current.lease_epoch,
     )
 
 
@@ -603,6 +675,7 @@ def complete(prepared: TxnMetadata, *, now_ms: int) -> TxnMetadata:
         next_producer_id=-1,
         # The client's epoch before the bump stays resumable (-1 after a fence: the old instance is out).
         last_producer_epoch=prepared.last_producer_epoch,
+        lease_epoch=0 if prepared.lease_epoch == prepared.producer_epoch else -1,
     )
 
 

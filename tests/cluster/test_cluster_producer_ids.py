@@ -6,12 +6,26 @@ owner's next write is stored; another tenant cannot bump the id's epoch through 
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
+import orjson
 import pytest
+from kazoo.client import KazooClient
 
+from server.coordination.paths import PRODUCER_NAMES
+from server.coordination.producer_ids import ZkProducerIds
 from server.devservices import wait_until
-from talos import Admin, ConflictError, Producer, ProducerFencedError, RecordData, encode_batch
+from server.partition.producer_ids import name_key
+from talos import (
+    Admin,
+    ConflictError,
+    Producer,
+    ProducerFencedError,
+    ProducerIdentity,
+    RecordData,
+    encode_batch,
+)
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster
 from tests.helpers import create_tenants, partition_values
 
@@ -123,3 +137,37 @@ def test_concurrent_claims_of_one_name_through_two_servers_have_one_winner(pair:
         for thread in threads:
             thread.join(60)
         assert sorted(outcomes) == ["PRODUCER_BUSY", "won"], outcomes
+
+
+def test_a_named_producer_kept_in_zookeeper_before_is_taken_over_with_its_id_and_lease(pair: Cluster) -> None:
+    """Named producers claimed before they were transactional ids live in ZooKeeper (``/talos/producer_names``):
+    the coordinator continues from there, so the next instance fences the old one's producer id, and a lease
+    still running there is honoured."""
+    zk = KazooClient(hosts=pair.zk)
+    zk.start(timeout=30)
+    try:
+        ids = ZkProducerIds(zk)
+        claimed: dict[str, tuple[int, int]] = {}
+        for name, until_ms in (("legacy/lapsed", 0), ("legacy/held", int(time.time() * 1000) + 60_000)):
+            producer_id, _ = ids.allocate(None, None)
+            epoch = ids.allocate(producer_id, None)[1]  # claimed twice before the upgrade
+            record = {"tenant": None, "name": name, "producer_id": producer_id, "epoch": epoch, "until_ms": until_ms}
+            zk.create(f"{PRODUCER_NAMES}/{name_key(None, name)}", orjson.dumps(record), makepath=True)
+            claimed[name] = (producer_id, epoch)
+        with Admin(pair.servers["s2"].url) as admin:
+            taken = admin.claim_producer("legacy/lapsed", lease_s=30)
+            assert (taken.producer_id, taken.producer_epoch) == (claimed["legacy/lapsed"][0], 2)
+            assert ids.newer_epoch(taken.producer_id, 1) == 2  # raised: partitions that load fence epoch 1
+            with pytest.raises(ConflictError) as busy:
+                admin.claim_producer("legacy/held", lease_s=30)
+            assert busy.value.code == "PRODUCER_BUSY"
+            # Its holder (an instance running through the upgrade) renews through the coordinator; an older one
+            # is fenced
+            holder = ProducerIdentity(*claimed["legacy/held"])
+            assert admin.renew_producer("legacy/held", holder, lease_s=30) == holder
+            with pytest.raises(ProducerFencedError):
+                admin.renew_producer("legacy/held", ProducerIdentity(holder.producer_id, 0), lease_s=30)
+            assert admin.describe_transaction("legacy/held")["producer_id"] == holder.producer_id
+    finally:
+        zk.stop()
+        zk.close()

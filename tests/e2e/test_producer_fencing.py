@@ -14,11 +14,13 @@ import pytest
 from talos import (
     Admin,
     ConflictError,
+    Consumer,
     InvalidRequestError,
     NotFoundError,
     Producer,
     ProducerFencedError,
     ProducerIdentity,
+    TalosError,
 )
 from tests.e2e.conftest import StandaloneServer
 from tests.helpers import partition_values
@@ -89,6 +91,70 @@ def test_a_lease_makes_a_second_claim_wait_until_released(server: StandaloneServ
         assert taken.producer_epoch == holder.producer_epoch + 1
         with pytest.raises(ProducerFencedError):
             admin.renew_producer("leased", holder, lease_s=30)
+
+
+def test_a_named_producer_is_a_transactional_id_with_a_lease(server: StandaloneServer) -> None:
+    """One mechanism: the claim is the transaction coordinator's InitProducerId of the id ``name`` with a lease,
+    so the transactions API sees the same producer id and epoch, and a transactional init waits for the lease
+    like a second claim (then fences the holder like one)."""
+    with Admin(server.url) as admin, httpx.Client(base_url=server.url, timeout=30) as http:
+        holder = admin.claim_producer("connect/one-mechanism/0", lease_s=30)
+        described = admin.describe_transaction("connect/one-mechanism/0")
+        assert (described["producer_id"], described["producer_epoch"]) == (holder.producer_id, holder.producer_epoch)
+        assert described["state"] == "Empty" and described["lease_until_ms"] > 0
+        name = "connect%2Fone-mechanism%2F0"
+        busy = http.post(f"/v1/transactions/{name}/init", json={"timeout_ms": 10_000})
+        assert busy.status_code == 409 and busy.json()["error"]["code"] == "PRODUCER_BUSY"
+        assert busy.json()["error"]["retriable"] and 0 < int(busy.headers["retry-after"]) <= 30
+        admin.renew_producer("connect/one-mechanism/0", holder, lease_s=0)  # released
+        taken = http.post(f"/v1/transactions/{name}/init", json={"timeout_ms": 10_000})
+        assert taken.status_code == 200, taken.text
+        assert taken.json() == {"producer_id": holder.producer_id, "producer_epoch": holder.producer_epoch + 1}
+        assert admin.describe_transaction("connect/one-mechanism/0")["lease_until_ms"] == 0
+        with pytest.raises(ProducerFencedError):
+            admin.renew_producer("connect/one-mechanism/0", holder, lease_s=30)
+
+
+def test_claiming_a_name_aborts_the_open_transaction_of_its_transactional_producer(server: StandaloneServer) -> None:
+    topic = "claim-aborts"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=1)
+        with Producer(server.url, transactional_id="claimed-tx") as producer:
+            producer.begin_transaction()
+            producer.send(topic, b"never committed", partition=0).result(10)
+            claimed = admin.claim_producer("claimed-tx", lease_s=30)  # the older instance's transaction aborts
+            with pytest.raises(TalosError):
+                producer.commit_transaction()
+        assert claimed.producer_epoch >= 1
+        assert admin.describe_transaction("claimed-tx")["state"] == "Empty"
+    with Producer(server.url) as plain:
+        plain.send(topic, b"after", partition=0).result(10)
+    with Consumer(server.url, partitions=[(topic, 0)], wait_ms=0, isolation="read_committed") as reader:
+        seen: list[bytes | None] = []
+        while batch := reader.poll(0.5):
+            seen += [m.value for m in batch]
+    assert seen == [b"after"]
+    assert partition_values(server.url, topic, 0) == [b"never committed", b"after"]  # stored, and aborted
+
+
+def test_a_partition_loaded_after_a_claim_fences_the_old_instance_with_no_fence_call(
+    server: StandaloneServer,
+) -> None:
+    """The coordinator raises the producer id's epoch in the allocator at each claim: a partition that loads
+    after the claim refuses the older instance's idempotent writes from that alone."""
+    topic = "claim-reload"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=1)
+        old = admin.claim_producer("reload-task")
+        with Producer(server.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch) as zombie:
+            zombie.send(topic, b"before", partition=0).result(10)
+        admin.claim_producer("reload-task")  # no fence, and the new instance writes nothing
+    server.stop()
+    server.start()
+    zombie = Producer(server.url, producer_id=old.producer_id, producer_epoch=old.producer_epoch)
+    with zombie, pytest.raises(ProducerFencedError):
+        zombie.send(topic, b"after restart", partition=0).result(10)
+    assert partition_values(server.url, topic, 0) == [b"before"]
 
 
 def test_a_fenced_tasks_checkpoint_is_refused(server: StandaloneServer) -> None:

@@ -119,6 +119,25 @@ def test_group_delivery_and_commit_show_in_the_trace(traced: Traced) -> None:
     assert committed["group"] == "billing"
 
 
+def test_a_transactions_commit_and_abort_show_in_its_messages_trace(traced: Traced) -> None:
+    with Producer(traced.url, token=traced.acme, transactional_id="traced-tx") as producer:
+        producer.begin_transaction()
+        committed = [producer.send("orders", f"c{i}".encode(), partition=0) for i in range(2)]
+        producer.commit_transaction()
+        producer.begin_transaction()
+        aborted = producer.send("orders", b"a", partition=0)
+        producer.abort_transaction()
+    first, second, dropped = committed[0].result(30), committed[1].result(30), aborted.result(30)
+    with Admin(traced.url, token=traced.acme) as admin:
+        answer = timeline_with(admin, "orders", 0, second.offset, "produced", "transaction_committed")
+        ended = next(e for e in answer["events"] if e["event"] == "transaction_committed")
+        low, high = ended["range"]  # from the transaction's first message to just before its marker
+        assert low == first.offset and high == ended["marker_offset"] - 1 and high < dropped.offset
+        assert ended["producer_id"] == answer["events"][0]["producer_id"]
+        answer = timeline_with(admin, "orders", 0, dropped.offset, "produced", "transaction_aborted")
+        assert "transaction_committed" not in {e["event"] for e in answer["events"]}
+
+
 def test_query_by_key_over_a_time_range(traced: Traced) -> None:
     key = f"key-{secrets.token_hex(4)}"
     with Producer(traced.url, token=traced.acme) as producer:

@@ -54,6 +54,8 @@ def test_producer_fenced_is_gated_by_version(api_key: int, version: int, expecte
         (TxnErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.INVALID_PRODUCER_ID_MAPPING),
         (TxnErrorCode.INVALID_TRANSACTION_TIMEOUT, ErrorCode.INVALID_TRANSACTION_TIMEOUT),
         (TxnErrorCode.TRANSACTIONAL_ID_NOT_FOUND, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND),
+        # A connector task's lease on the id: Kafka clients retry CONCURRENT_TRANSACTIONS until it runs out
+        (TxnErrorCode.PRODUCER_BUSY, ErrorCode.CONCURRENT_TRANSACTIONS),
     ],
 )
 def test_coordinator_refusals_keep_their_kafka_code(code: TxnErrorCode, expected: ErrorCode) -> None:

@@ -39,7 +39,10 @@ from server.transactions.state import (
     expired,
     fence_and_abort,
     init_producer,
+    lease_left_ms,
+    leased,
     markers_for,
+    renew_lease,
     require_known,
     timed_out,
     verify_partitions,
@@ -486,6 +489,81 @@ def test_init_on_an_open_transaction_aborts_it_first() -> None:
     retried = init(complete(prepared, now_ms=NOW))
     assert isinstance(retried, Ready)
     assert (retried.metadata.producer_epoch, retried.metadata.status) == (EPOCH + 2, TxnStatus.EMPTY)
+
+
+# ---------------------------------------------------------------------- named producers: the lease
+
+
+def test_a_live_lease_refuses_a_new_instance_and_tells_how_long_it_lasts() -> None:
+    held = leased(meta(), lease_ms=30_000, now_ms=NOW)
+    assert (held.lease_epoch, held.lease_until_ms) == (EPOCH, NOW + 30_000)
+    with pytest.raises(TxnError) as busy:
+        init(held, now=NOW + 10_000)
+    assert busy.value.code is TxnErrorCode.PRODUCER_BUSY and busy.value.retriable
+    assert busy.value.retry_after_ms == 20_000
+    error = busy.value.api_error()
+    assert (error.status, error.code, error.details, error.headers) == (
+        409,
+        "PRODUCER_BUSY",
+        {"retry_after_ms": 20_000},
+        {"Retry-After": "20"},
+    )
+    # The holder itself may resume (KIP-360): the lease is its own
+    assert isinstance(init(held, expected=(PID, EPOCH), now=NOW + 10_000), Ready)
+
+
+def test_a_lapsed_or_released_lease_lets_the_next_instance_fence_the_holder() -> None:
+    held = leased(meta(), lease_ms=30_000, now_ms=NOW)
+    taken = init(held, now=NOW + 30_000)
+    assert isinstance(taken, Ready)
+    assert taken.metadata.producer_epoch == EPOCH + 1
+    assert lease_left_ms(taken.metadata, now_ms=NOW + 30_000) == 0  # the caller gives the new one its lease
+    released = renew_lease(held, producer_id=PID, producer_epoch=EPOCH, lease_ms=0, now_ms=NOW + 1)
+    assert lease_left_ms(released, now_ms=NOW + 1) == 0
+    assert isinstance(init(released, now=NOW + 2), Ready)
+
+
+def test_a_renewal_extends_the_holders_lease_and_fences_anyone_else() -> None:
+    held = leased(meta(), lease_ms=30_000, now_ms=NOW)
+    renewed = renew_lease(held, producer_id=PID, producer_epoch=EPOCH, lease_ms=30_000, now_ms=NOW + 20_000)
+    assert lease_left_ms(renewed, now_ms=NOW + 40_000) == 10_000
+    assert renewed.updated_ms == NOW + 20_000  # a renewed id never expires
+    assert summary(lambda: renew_lease(held, producer_id=PID, producer_epoch=EPOCH - 1, lease_ms=1, now_ms=NOW)) == PF
+    assert summary(lambda: renew_lease(held, producer_id=PID + 1, producer_epoch=EPOCH, lease_ms=1, now_ms=NOW)) == (
+        MAPPING
+    )
+    assert summary(lambda: renew_lease(None, producer_id=PID, producer_epoch=0, lease_ms=1, now_ms=NOW)) == MAPPING
+
+
+def test_a_fence_ends_the_lease_and_the_holders_own_bump_carries_it() -> None:
+    held = leased(meta(TxnStatus.ONGOING), lease_ms=30_000, now_ms=NOW)
+    fenced = fence_and_abort(held, now_ms=NOW, fresh_producer_id=FRESH)  # a timed-out transaction
+    assert lease_left_ms(fenced, now_ms=NOW) == 0
+    assert isinstance(init(complete(fenced, now_ms=NOW), now=NOW), Ready)  # the fenced holder may claim again
+    bumped = end_transaction(
+        held, producer_id=PID, producer_epoch=EPOCH, commit=True, bump=True, now_ms=NOW, fresh_producer_id=-1
+    )
+    assert isinstance(bumped, Prepare)
+    assert lease_left_ms(complete(bumped.metadata, now_ms=NOW), now_ms=NOW) == 30_000
+    rotating = leased(meta(TxnStatus.ONGOING, producer_epoch=EXHAUSTED_EPOCH), lease_ms=30_000, now_ms=NOW)
+    rotated = end_transaction(
+        rotating,
+        producer_id=PID,
+        producer_epoch=EXHAUSTED_EPOCH,
+        commit=True,
+        bump=True,
+        now_ms=NOW,
+        fresh_producer_id=FRESH,
+    )
+    assert isinstance(rotated, Prepare)
+    done = complete(rotated.metadata, now_ms=NOW)
+    assert (done.producer_id, done.producer_epoch, lease_left_ms(done, now_ms=NOW)) == (FRESH, 0, 30_000)
+
+
+def test_a_lease_survives_the_state_record() -> None:
+    held = leased(meta(), lease_ms=30_000, now_ms=NOW)
+    key, value = records.state_record(held)
+    assert records.decode(key, value)[1] == dataclasses.replace(held, last_producer_epoch=-1)
 
 
 def test_expiration_only_of_idle_settled_ids() -> None:

@@ -26,15 +26,17 @@ from server.http.routes.security import principal
 from server.messaging.authorization import authorize_message, may_use_group
 from server.messaging.forwarder import answer_of
 from server.topics import MAX_PARTITIONS
-from server.transactions.coordinator import TransactionCoordinator, validate_transactional_id
+from server.transactions.coordinator import NAMED_TIMEOUT_MS, TransactionCoordinator, validate_transactional_id
 from server.transactions.records import TRANSACTION_STATE_TOPIC
 from server.usage.meter import TENANT_HEADER
 from server.web import INT64_MAX, body_schema, json_response, parse_body, read_body
 
-__all__ = ["router"]
+__all__ = ["claim_named", "router"]
 
 _MAX_BODY = 1024 * 1024
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
+# ``:path`` routes: a transactional id may hold "/" (a connector task's named producer is one), which arrives
+# decoded from the client's %2F.
 
 
 class Producer(BaseModel):
@@ -100,10 +102,13 @@ async def _at_coordinator(
     handle: Callable[[TransactionCoordinator, bytes, str | None], Awaitable[Response]],
     *,
     tenant: str | None = None,
+    raw: bytes | None = None,
 ) -> Response:
-    """Run ``handle`` here if this server coordinates the id, else forward the request to the one that does."""
+    """Run ``handle`` here if this server coordinates the id, else forward the request (``raw``: its body, when
+    the caller has read it) to the one that does."""
     validate_transactional_id(transactional_id)
-    raw = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
+    if raw is None:
+        raw = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
     coordinator = _coordinator(request)
     tenant = tenant if tenant is not None else _tenant(request)
     owner = await coordinator.owner(tenant, transactional_id)
@@ -114,7 +119,7 @@ async def _at_coordinator(
 
 
 @router.post(
-    "/{transactional_id}/init",
+    "/{transactional_id:path}/init",
     summary="Start (or take over) a transactional id: its producer id and a new epoch, which fences older ones",
     openapi_extra=body_schema(InitRequest),
 )
@@ -130,8 +135,27 @@ async def init(transactional_id: str, request: Request) -> Response:
     return await _at_coordinator(request, transactional_id, handle)
 
 
+async def claim_named(
+    request: Request, raw: bytes, name: str, *, lease_ms: int, holder: tuple[int, int] | None
+) -> Response:
+    """``POST /v1/producers {"name"}`` (``raw``) at the name's coordinator: a named producer is the transactional
+    id ``name`` with a lease. Without ``holder`` a new instance (a new epoch, which fences the older ones, and
+    the lease), with it the holder's renewal (``lease_ms`` 0 releases)."""
+
+    async def handle(coordinator: TransactionCoordinator, _raw: bytes, tenant: str | None) -> Response:
+        if holder is None:
+            broker: Broker = request.app.state.broker
+            timeout_ms = min(NAMED_TIMEOUT_MS, broker.config.transaction_max_timeout_ms)
+            pid, epoch = await coordinator.init(tenant, name, timeout_ms=timeout_ms, lease_ms=lease_ms)
+        else:
+            pid, epoch = await coordinator.renew(tenant, name, *holder, lease_ms=lease_ms)
+        return json_response({"producer_id": pid, "producer_epoch": epoch, "lease_ms": lease_ms})
+
+    return await _at_coordinator(request, name, handle, raw=raw)
+
+
 @router.post(
-    "/{transactional_id}/partitions",
+    "/{transactional_id:path}/partitions",
     summary="Add partitions to the open transaction (before producing to them)",
     openapi_extra=body_schema(AddPartitionsRequest),
 )
@@ -151,7 +175,7 @@ async def add_partitions(transactional_id: str, request: Request) -> Response:
 
 
 @router.post(
-    "/{transactional_id}/groups",
+    "/{transactional_id:path}/groups",
     summary="Add a consumer group's offsets to the open transaction (before committing them in it)",
     openapi_extra=body_schema(AddGroupRequest),
 )
@@ -170,7 +194,7 @@ async def add_group(transactional_id: str, request: Request) -> Response:
 
 
 @router.post(
-    "/{transactional_id}/end",
+    "/{transactional_id:path}/end",
     summary="Commit or abort the open transaction: decided when answered; the next epoch to use is returned",
     openapi_extra=body_schema(EndRequest),
 )
@@ -186,7 +210,7 @@ async def end(transactional_id: str, request: Request) -> Response:
 
 
 @router.post(
-    "/{transactional_id}/verify",
+    "/{transactional_id:path}/verify",
     summary="Whether a partition is in the producer's open transaction (a partition's owner asks; admin only)",
     openapi_extra=body_schema(VerifyRequest),
 )
@@ -202,7 +226,7 @@ async def verify(transactional_id: str, request: Request) -> Response:
     return json_response({"in_transaction": found})
 
 
-@router.get("/{transactional_id}", summary="Describe: state, producer id and epoch, partitions, start time")
+@router.get("/{transactional_id:path}", summary="Describe: state, producer id and epoch, partitions, start time")
 async def describe(transactional_id: str, request: Request) -> Response:
     async def handle(coordinator: TransactionCoordinator, _raw: bytes, tenant: str | None) -> Response:
         return json_response(await coordinator.describe(tenant, transactional_id))

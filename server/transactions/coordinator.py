@@ -75,10 +75,10 @@ log = logging.getLogger("talos.transactions")
 
 _READ_BYTES = 4 * 1024 * 1024
 _MARKER_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-_INLINE_COMPLETION_S = 10.0
+_INLINE_COMPLETION_S = 10.0  # an end waits this long for its markers, then they go on in the background
 # The transaction timeout a named producer's id gets (Kafka's default transaction.timeout.ms): a connector task
 # writes without transactions, but its id is one like any other.
-NAMED_TIMEOUT_MS = 60_000  # an end waits this long for its markers, then they go on in the background
+NAMED_TIMEOUT_MS = 60_000
 
 
 def validate_transactional_id(transactional_id: str) -> str:

@@ -88,6 +88,12 @@ def heartbeat(client: _Member, *, first: bool = False) -> Steps[None]:
     except TalosError as exc:
         if client._state.beat_failed(exc, first=first):
             client._wake.set()
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        if first:
+            raise
+        # An answer it cannot read (a proxy's page, a cut body): a failed beat, retried; it must not end the
+        # heartbeat thread, which would leave the member holding nothing and reading nothing for good.
+        log.warning("heartbeat: an answer this client cannot read (%r); retrying", exc)
     membership.expire(time.monotonic())
 
 

@@ -322,9 +322,10 @@ def read_partitions(
     return out
 
 
-def _settle(url: str, topic: str, partitions: int, timeout: float) -> tuple[dict[int, int], list[str]]:
-    """Wait until every partition's last stable offset is its end (every transaction decided); the ends, and a
-    line per partition for which that did not happen within ``timeout``."""
+def _settle(url: str, topic: str, partitions: int, timeout: float) -> tuple[dict[int, int], dict[int, int], list[str]]:
+    """Wait until every partition's last stable offset is its end (every transaction decided); the ends, the
+    last stable offsets (where a read-committed reader can get to), and a line per partition for which that did
+    not happen within ``timeout``."""
     deadline = time.monotonic() + timeout
     offsets: dict[int, dict[str, int]] = {}
     with Admin(url) as admin:
@@ -334,7 +335,8 @@ def _settle(url: str, topic: str, partitions: int, timeout: float) -> tuple[dict
             except TalosError:
                 offsets = {}
             if offsets and all(o["last_stable"] >= o["latest"] for o in offsets.values()):
-                return {p: int(o["latest"]) for p, o in offsets.items()}, []
+                ends = {p: int(o["latest"]) for p, o in offsets.items()}
+                return ends, ends, []
             if time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -346,7 +348,8 @@ def _settle(url: str, topic: str, partitions: int, timeout: float) -> tuple[dict
         for p, o in offsets.items()
         if o["last_stable"] < o["latest"]
     ]
-    return {p: int(o["latest"]) for p, o in offsets.items()}, stuck
+    stable = {p: min(int(o["last_stable"]), int(o["latest"])) for p, o in offsets.items()}
+    return {p: int(o["latest"]) for p, o in offsets.items()}, stable, stuck
 
 
 @dataclass
@@ -543,11 +546,12 @@ def run(
         )
     workload.finish_writing()
     say(f"{time.monotonic() - started:5.0f}s  transactions: waiting for every transaction to be decided ...")
-    ends, stuck = _settle(url, topic, partitions, SETTLE_TIMEOUT_S)
+    ends, stable, stuck = _settle(url, topic, partitions, SETTLE_TIMEOUT_S)
     time.sleep(1.0)  # the readers' last long polls see the last decisions too
     workload.finish_reading()
     say(f"{time.monotonic() - started:5.0f}s  transactions: reading {topic} (read-committed, read-uncommitted) ...")
-    committed = read_partitions(url, topic, ends, committed=True)
+    # A partition that never settled is read committed as far as it is stable: its unsettled line is the finding
+    committed = read_partitions(url, topic, stable, committed=True)
     uncommitted = read_partitions(url, topic, ends, committed=False)
     with workload._lock:
         transactions, observed = list(workload.transactions), list(workload.observed)

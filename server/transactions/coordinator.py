@@ -46,6 +46,7 @@ from server.transactions.records import (
 from server.transactions.state import (
     EXHAUSTED_EPOCH,
     MAX_EPOCH,
+    PREPARED,
     AbortFirst,
     AlreadyDone,
     TopicPartition,
@@ -112,7 +113,8 @@ class TransactionCoordinator:
         self._shards: dict[int, _Shard] = {}
         self._loading: dict[int, asyncio.Future[_Shard]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._completing: dict[str, asyncio.Task[None]] = {}
+        # id → the decision being completed and its task (one per decision: a reload's state is another)
+        self._completing: dict[str, tuple[TxnMetadata, asyncio.Task[None]]] = {}
         self._partitions: int | None = None
         broker.ownership_listeners.append(self.release_unowned)
 
@@ -439,6 +441,10 @@ class TransactionCoordinator:
                 if timed_out(state, now_ms=now) and key not in self._completing:
                     with contextlib.suppress(Exception):
                         await self._abort_timed_out(index, key)
+                elif state.status in PREPARED:
+                    # A decision whose completion gave up (a state write failed on a load that stayed current):
+                    # taken up again, or its partitions' readers would wait on it for good.
+                    self._complete_later(index, key, state)
                 elif expired(state, now_ms=now, expiration_ms=expiration):
                     with contextlib.suppress(Exception):
                         await self._expire(shard, key)
@@ -486,14 +492,18 @@ class TransactionCoordinator:
             await asyncio.wait_for(asyncio.shield(task), _INLINE_COMPLETION_S)
 
     def _complete_later(self, index: int, key: str, prepared: TxnMetadata) -> asyncio.Task[None]:
+        """The task completing ``prepared``: the one running, or a new one. A task of the same decision as read
+        by an older load of the shard is not reused: it stops at its next attempt (superseded), and the state
+        this load read back would then be left prepared, its partitions' LSO held for good."""
         running = self._completing.get(key)
-        if running is not None and not running.done():
-            return running
+        if running is not None and running[0] is prepared and not running[1].done():
+            return running[1]
         task = asyncio.get_running_loop().create_task(self._complete(index, key, prepared))
-        self._completing[key] = task
+        self._completing[key] = (prepared, task)
 
         def forget(done: asyncio.Task[None]) -> None:
-            if self._completing.get(key) is done:
+            current = self._completing.get(key)
+            if current is not None and current[1] is done:
                 del self._completing[key]
 
         task.add_done_callback(forget)

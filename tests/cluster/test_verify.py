@@ -7,6 +7,7 @@ message must be stored exactly once, in order. With idempotence off, duplicates 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -53,31 +54,18 @@ def kill_recorded_servers(base_dir: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def verify(cluster: LocalCluster, *flags: str, seconds: int = 60) -> tuple[int, dict[str, int], str]:
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "talos.cli",
-            "verify",
-            "--url",
-            cluster.servers[0].url,
-            "--seconds",
-            str(seconds),
-            "--faults",
-            "local",
-            "--dir",
-            str(cluster.base_dir),
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+def run_verify(cluster: LocalCluster, *flags: str, seconds: int = 60) -> subprocess.CompletedProcess[str]:
+    """``talos verify --faults local`` against ``cluster``, as a user runs it."""
+    argv = [sys.executable, "-m", "talos.cli", "verify", "--url", cluster.servers[0].url, "--seconds", str(seconds)]
+    argv += ["--faults", "local", "--dir", str(cluster.base_dir), *flags]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, check=False)
     print(run.stderr[-4000:])
     print(run.stdout)
+    return run
+
+
+def verify(cluster: LocalCluster, *flags: str, seconds: int = 60) -> tuple[int, dict[str, int], str]:
+    run = run_verify(cluster, *flags, seconds=seconds)
     numbers = {
         name.strip(): int(value) for name, value in re.findall(r"^([a-z -]+?)\s+(\d+)$", run.stdout, re.MULTILINE)
     }
@@ -103,3 +91,20 @@ def test_without_idempotence_nothing_acknowledged_is_lost(dev_cluster: LocalClus
     assert summary["out of order"] == 0
     assert code == 0  # duplicates are allowed here (and counted in the summary)
     print(f"duplicates without idempotence: {summary['duplicated']}")
+
+
+def test_transactions_stay_all_or_nothing_through_kill_9_and_sigstop(dev_cluster: LocalCluster) -> None:
+    """``talos verify --transactions`` while servers (coordinators and partition owners alike) are killed -9 and
+    restarted, paused past their session, and ZooKeeper and the DataNode restart: some kills land between a
+    commit decision and its markers. 0 of every transaction anomaly."""
+    run = run_verify(dev_cluster, "--transactions", "--json")
+    for fault in ("kill -9", "SIGSTOP"):
+        assert f"fault: {fault}" in run.stderr, f"the run did not inject {fault}"
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    txn = report["transactions"]
+    print({k: txn[k] for k in ("committed", "aborted", "indefinite", "coordinators") if k in txn})
+    assert txn["committed"] > 0 and txn["aborted"] > 0
+    for name in ("aborted_reads", "lost", "torn", "duplicates", "offset_conflicts", "past_lso", "unknown"):
+        assert txn[name] == 0, f"{name}: {txn['examples']}"
+    assert txn["unsettled"] == 0 and txn["ok"]
+    assert report["lost"] == 0 and run.returncode == 0

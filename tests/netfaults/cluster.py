@@ -85,19 +85,27 @@ class NetCluster:
         members = ring.get("members", {}) if isinstance(ring, dict) else {}
         return {str(m) for m in members}
 
-    def stacks_and_logs(self, lines: int = 150) -> str:
-        """Every live server's thread stacks (``kill -USR1``: they go to its log) and the end of its log, for a run
-        that failed."""
+    def stacks_and_logs(self, lines: int = 120) -> str:
+        """For a run that failed: the end of every server's log (requests and stack dumps left out), then what
+        each thread of each live server is doing (``kill -USR1``: its stacks go to its log), one line a thread."""
+        paths = {name: server.log_dir / f"server-{name}.log" for name, server in self.servers.items()}
+        sizes = {name: path.stat().st_size if path.exists() else 0 for name, path in paths.items()}
         for server in self.servers.values():
             if server.alive():
                 with contextlib.suppress(OSError):
                     os.kill(server.pid, signal.SIGUSR1)
         time.sleep(1)
         out = []
-        for name, server in self.servers.items():
-            path = server.log_dir / f"server-{name}.log"
-            tail = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
-            out.append(f"===== {name} (alive: {server.alive()}): the last {lines} lines of {path}\n" + "\n".join(tail))
+        for name, path in paths.items():
+            if not path.exists():
+                out.append(f"===== {name}: no log")
+                continue
+            text = path.read_bytes()
+            before = text[: sizes[name]].decode(errors="replace").splitlines()
+            kept = [line for line in before if "talos.access" not in line and not _stack_line(line)][-lines:]
+            out.append(f"===== {name} (alive: {self.servers[name].alive()}): the end of {path}\n" + "\n".join(kept))
+            dump = text[sizes[name] :].decode(errors="replace")
+            out.append(f"----- {name}: threads (innermost frame)\n" + _threads(dump))
         return "\n".join(out)
 
     def owners(self, topic: str, via: str = "s1") -> dict[int, str]:
@@ -260,3 +268,16 @@ class HealthWatch:
                 }
                 for s in self.silences
             ]
+
+
+def _stack_line(line: str) -> bool:
+    return line.startswith(("  File ", "Thread 0x", "Current thread 0x")) or line.strip() == ""
+
+
+def _threads(dump: str) -> str:
+    """Each thread of a faulthandler dump, by its innermost frame (idle pool threads show as their wait)."""
+    lines, out = dump.splitlines(), []
+    for index, line in enumerate(lines):
+        if line.startswith(("Thread 0x", "Current thread 0x")) and index + 1 < len(lines):
+            out.append(f"{line.split(' (')[0]}: {lines[index + 1].strip()}")
+    return "\n".join(out)

@@ -260,8 +260,7 @@ class TransactionCoordinator:
         """A named producer claimed before named producers were transactional ids, as the state it continues
         from (its producer id, that id's epoch, its lease): a new instance fences the old one's id, not a new
         one. None for any other id."""
-        loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(self._broker.executor, self._broker.producer_ids.named, tenant, name)
+        found = await self._broker.io(self._broker.producer_ids.named, tenant, name)
         if found is None:
             return None
         producer_id, epoch, lease = found
@@ -285,9 +284,8 @@ class TransactionCoordinator:
         raised = [(after.producer_id, after.producer_epoch)]
         if before is not None and before.producer_id != after.producer_id:
             raised.append((before.producer_id, MAX_EPOCH))
-        loop = asyncio.get_running_loop()
         for producer_id, epoch in raised:
-            await loop.run_in_executor(self._broker.executor, self._broker.producer_ids.raise_epoch, producer_id, epoch)
+            await self._broker.io(self._broker.producer_ids.raise_epoch, producer_id, epoch)
 
     async def add_partitions(
         self,

@@ -38,6 +38,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple, TypeAlias
 
 from server.errors import ApiError
+from server.security.buckets import retry_after_header
 
 __all__ = [
     "COMPLETED",
@@ -174,16 +175,16 @@ class TxnError(Exception):
     def api_error(self) -> ApiError:
         """The REST form: 409 for fencing, leases and state conflicts, 400 for a bad timeout, 404 for an unknown
         id."""
-        if self.code is not TxnErrorCode.PRODUCER_BUSY:
-            return ApiError(_HTTP_STATUS[self.code], self.code.value, self.message, retriable=self.retriable)
-        left = self.retry_after_ms
+        status, code = _HTTP_STATUS[self.code], self.code.value
+        if not self.retry_after_ms:
+            return ApiError(status, code, self.message, retriable=self.retriable)
         return ApiError(
-            409,
-            self.code.value,
+            status,
+            code,
             self.message,
-            retriable=True,
-            details={"retry_after_ms": left},
-            headers={"Retry-After": str(max(1, -(-left // 1000)))},
+            retriable=self.retriable,
+            details={"retry_after_ms": self.retry_after_ms},
+            headers={"Retry-After": retry_after_header(self.retry_after_ms / 1000)},
         )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import itertools
 import logging
 import os
 import time
@@ -98,7 +97,7 @@ class Broker:
         self._topics: dict[str, TopicConfig] = {}
         self._partitions: dict[tuple[str, int], LoadedPartition] = {}
         self._loading: dict[tuple[str, int], asyncio.Future[LoadedPartition]] = {}
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._round_robin: dict[str, int] = {}  # per topic: how many keyless messages went round
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0, admin_token=config.admin_token)
@@ -357,9 +356,12 @@ class Broker:
         await self._apply_topic(name, None)
         await self._io(self.topics.delete, name)
 
-    def next_partition(self, topic: TopicConfig) -> int:
-        counter = self._round_robin.setdefault(topic.name, itertools.count())
-        return next(counter) % topic.partitions
+    def next_partition(self, topic: TopicConfig, *, take: bool = True) -> int:
+        """The partition the next keyless message goes to (round robin); ``take=False`` only looks."""
+        turn = self._round_robin.get(topic.name, 0)
+        if take:
+            self._round_robin[topic.name] = turn + 1
+        return turn % topic.partitions
 
     # ---------------------------------------------------------------- partitions
 
@@ -385,6 +387,12 @@ class Broker:
     async def io(self, function: Callable[..., T], *args: object) -> T:
         """Run blocking work (storage, ZooKeeper) on the I/O threads."""
         return await self._io(function, *args)
+
+    def loaded_now(self, topic: str, index: int) -> LoadedPartition | None:
+        """The partition if it is loaded here and working, without an await; else None (:meth:`partition` takes
+        it over, or says who owns it)."""
+        loaded = self._partitions.get((topic, index))
+        return loaded if loaded is not None and not loaded.failed else None
 
     async def partition(self, topic: str, index: int) -> LoadedPartition:
         """The loaded partition, taken over first if need be; :class:`NotOwnerError` if another server owns it."""

@@ -85,10 +85,10 @@ class ServerConfig:
     max_header_bytes: int = 32 * 1024  # a larger request head gets 431
     log_level: str = "info"
     access_log: bool = False
-    # Python's young-generation GC runs after this many allocations (Python's default: 700). Larger values made
-    # no difference to the produce p99 once start-up objects are frozen (docs/performance.md, "Latency tail:
-    # garbage collection"). 0 leaves Python's setting.
-    gc_threshold: int = 700
+    # Python's young-generation GC runs after this many allocations (Python's default: 700, a collection every
+    # few requests under load: about a tenth of the event loop's time, and its pauses in the produce p99;
+    # docs/performance.md, "Latency tail: garbage collection"). 0 leaves Python's setting.
+    gc_threshold: int = 20_000
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).
     zk: str = ""  # HOST:PORT[,HOST:PORT...][/chroot]
     server_id: str = ""  # stable across restarts (delayed reassignment counts on it); default host-port

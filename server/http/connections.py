@@ -251,8 +251,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             on_response=self.on_response_complete,
         )
         if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, self.app)
+            if not self.cycle.deferred:  # a produce starts once its body is in (on_message_complete)
+                self._start_asgi_task(self.cycle, self.app)
         else:  # pipelined behind a request still being answered: in turn, as uvicorn does
+            self.cycle.deferred = False  # its task answers it when its turn comes, never before
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, self.app))
         return True
@@ -263,18 +265,22 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if type(cycle) is HotCycle:
             # A hot request's body is read whole (its size was checked against the limit when its head came):
             # no pause and no wake-up of the handler per 64 KiB, as uvicorn does for ASGI's ``receive``.
-            if not cycle.response_complete:
-                cycle.take(body, self.flow)
+            if not cycle.response_complete and cycle.take(body, self.flow) and cycle.deferred:
+                cycle.deferred = False  # over the limit: the handler answers 413
+                self._start_asgi_task(cycle, self.app)
             return
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        cycle = self.cycle
         # Answered before the body was in (e.g. 413): on to the next head.
-        if self.cycle is not None and self.cycle.response_complete:
+        if cycle is not None and cycle.response_complete:
             self._await_next_head()
-        else:
-            self._phase = _APP  # no deadline while the app answers (a fetch may wait for messages)
+            return
+        self._phase = _APP  # no deadline while the app answers (a fetch may wait for messages)
+        if type(cycle) is HotCycle and cycle.deferred and not cycle.answer_now():
+            self._start_asgi_task(cycle, self.app)
 
     def on_response_complete(self) -> None:
         # uvicorn's, without its keep-alive timer per response: the watchdog closes an idle connection.

@@ -142,8 +142,7 @@ class FastPath:
         ``client``: the peer's ``host:port`` (the message trace records who produced). Raises
         :class:`ConnectionResetError` if the client went away while its body was read."""
         query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
-        if client is not None and not (HOPS_HEADER in headers and self._from_a_server(client)):
-            headers[CLIENT_HEADER] = client  # only a forward from a server may say who produced
+        self._name_client(headers, client)
         topic, partition = hot.topic, hot.partition
         try:
             principal = await self._authenticate(headers)
@@ -168,6 +167,36 @@ class FastPath:
         except Exception as exc:
             log.exception("unexpected error")
             return _error(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
+
+    def answer_now(
+        self, hot: Route, headers: dict[str, str], body: bytearray, *, client: str | None
+    ) -> Reply | messages.PendingReply | None:
+        """:meth:`answer` of a produce whose body is in, without an await: a refusal, or the produce appended to
+        its partition's next flush (answered once that is durable). None whenever an await is needed (a token
+        this server does not know yet, a partition to load or on another server, a quota, ...): :meth:`answer`
+        then does it all, and nothing was stored or charged."""
+        if hot.kind != "produce":
+            return None
+        self._name_client(headers, client)
+        try:
+            broker = self._broker()
+            principal = broker.security.authenticate_now(headers)
+            if principal is None:
+                return None
+            if principal.tenant is not None:
+                headers[TENANT_HEADER] = principal.tenant
+            authorize_message(broker, principal, hot.topic, hot.kind)
+            if len(body) > self.body_limit(hot):
+                return None
+            return messages.produce_now(
+                broker, caller_of(headers), hot.topic, hot.partition, headers.get("content-type"), body
+            )
+        except ApiError as exc:
+            return _error(exc)
+
+    def _name_client(self, headers: dict[str, str], client: str | None) -> None:
+        if client is not None and not (HOPS_HEADER in headers and self._from_a_server(client)):
+            headers[CLIENT_HEADER] = client  # only a forward from a server may say who produced
 
     async def _pass_on(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Hand the request to FastAPI with its body read first, refusing (413) one over

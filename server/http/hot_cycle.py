@@ -13,12 +13,13 @@ handlers are the same functions FastAPI's routes call; the OpenAPI schema still 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-from server.errors import ApiError
+from server.errors import ApiError, error_body
 from server.http.fastpath import FastPath, Route, client_address
 from server.messaging.forwarder import Reply
 from server.web import check_declared_length
@@ -37,14 +38,56 @@ class HotCycle(RequestResponseCycle):
         self._hot = hot
         self._body_limit = body_limit
         self._raw_query = raw_query
+        # A produce waits for its whole body before anything runs: then :meth:`answer_now` may answer it without
+        # a task (the protocol starts ``run_asgi`` only if it cannot, or if the body goes over the limit).
+        # One that declares a body over the limit is refused at once, by ``run_asgi``.
+        self.deferred = (
+            hot.kind == "produce"
+            and not self.waiting_for_100_continue
+            and _declared(self.scope["headers"]) <= body_limit
+        )
 
-    def take(self, chunk: bytes, flow: FlowControl) -> None:
-        """A chunk of the body, from the protocol. The handler is woken once the body is complete (by
-        ``on_message_complete``) or over the limit, not per chunk."""
+    def take(self, chunk: bytes, flow: FlowControl) -> bool:
+        """A chunk of the body, from the protocol; True once the body is over the limit. The handler is woken
+        once the body is complete (by ``on_message_complete``) or over the limit, not per chunk."""
         self.body += chunk
         if len(self.body) > self._body_limit:
             flow.pause_reading()
             self.message_event.set()
+            return True
+        return False
+
+    def answer_now(self) -> bool:
+        """Answer the request, its body complete, without a task: at once, or from its flush's callback; False if
+        it needs ``run_asgi`` (which then does it all: nothing was stored)."""
+        self.deferred = False
+        try:
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
+            now = self._fast.answer_now(self._hot, headers, self.body, client=client_address(self.scope))
+        except Exception:
+            log.exception("unexpected error in a hot request")
+            now = _INTERNAL
+        if now is None:
+            return False
+        self.body = bytearray()
+        if isinstance(now, Reply):
+            self._respond(now)
+            self.on_response = _nothing
+        else:
+            now.durable.add_done_callback(lambda _: self._durable(now.reply))
+        return True
+
+    def _durable(self, reply: Callable[[], Reply]) -> None:
+        try:
+            answer = reply()
+        except ApiError as exc:
+            answer = Reply(exc.status, error_body(exc), headers=exc.headers)
+        except Exception:
+            log.exception("unexpected error in a hot request")
+            answer = _INTERNAL
+        if not self.disconnected:
+            self._respond(answer)
+        self.on_response = _nothing
 
     async def run_asgi(self, app: object) -> None:
         try:
@@ -117,3 +160,14 @@ class HotCycle(RequestResponseCycle):
 
 def _nothing() -> None:
     pass
+
+
+def _declared(headers: Iterable[tuple[bytes, bytes]]) -> int:
+    """The request's ``content-length`` (0 if none, or not a number: ``run_asgi`` answers that)."""
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
+_INTERNAL = Reply(500, error_body(ApiError(500, "INTERNAL", "internal error", retriable=True)))

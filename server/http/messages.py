@@ -10,11 +10,12 @@ answers it in the REST format, byte for byte what it answers its own clients.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -31,9 +32,9 @@ from server.messaging.fetch import (
 )
 from server.messaging.forwarder import BATCH_CONTENT_TYPE, JSON, Reply, call_partition
 from server.messaging.offsets import offsets_here
-from server.messaging.produce import produce_records, store_batches
+from server.messaging.produce import produce_records, produce_records_now, store_batches
 from server.messaging.records import message_json
-from server.partition.loaded import LoadedPartition
+from server.partition.loaded import LoadedPartition, ProduceResult
 from server.topics import TopicConfig
 from server.web import INT64_MAX, int_param, isolation_param
 from talos import (
@@ -48,6 +49,7 @@ from talos import (
 __all__ = [
     "BATCH_CONTENT_TYPE",
     "JSON",
+    "PendingReply",
     "Reply",
     "batch_spans",
     "fence_fields",
@@ -55,6 +57,7 @@ __all__ = [
     "message_json",
     "offsets",
     "produce",
+    "produce_now",
 ]
 
 log = logging.getLogger(__name__)
@@ -162,21 +165,34 @@ def _idempotence(doc: dict[str, Any]) -> dict[str, int]:
     return fields
 
 
-async def _produce_json(
+_Groups = dict[int, list[tuple[int, RecordData]]]
+
+
+class _Routed(NamedTuple):
+    groups: _Groups  # partition → (index in the request, record)
+    producer: dict[str, int]  # the idempotent producer's fields (empty: none)
+    durable: bool
+    messages: int  # how many the request holds
+    spread: bool  # a keyless message went to the round-robin partition
+
+
+def _route(
     broker: Broker,
-    caller: Caller,
     topic: str,
     fixed_partition: int | None,
     body: bytes | bytearray,
-    config: TopicConfig | None = None,
-) -> Reply:
-    config = config or broker.topic(topic)
+    config: TopicConfig,
+    *,
+    take: bool = True,
+) -> _Routed:
+    """A JSON produce body parsed and its messages given their partitions. ``take=False``: the round-robin
+    partition is only looked at (the caller takes it once it stores the messages)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, "INVALID_JSON", f"the body is not valid JSON: {exc}") from None
     messages, durable = _parse_messages(doc, broker.config.max_message_bytes)
-    groups: dict[int, list[tuple[int, RecordData]]] = {}
+    groups: _Groups = {}
     spread = -1  # the round-robin partition of messages with neither a partition nor a key, taken once
     for index, (requested, record) in enumerate(messages):
         if fixed_partition is not None:
@@ -187,7 +203,7 @@ async def _produce_json(
             partition = partition_for_key(record.key, config.partitions)
         else:
             if spread < 0:
-                spread = broker.next_partition(config)
+                spread = broker.next_partition(config, take=take)
             partition = spread
         if not 0 <= partition < config.partitions:
             raise ApiError(404, "UNKNOWN_PARTITION", f"topic {topic!r} has partitions 0..{config.partitions - 1}")
@@ -195,15 +211,76 @@ async def _produce_json(
     producer = _idempotence(doc)
     if producer and len(groups) > 1:
         raise ApiError(400, "INVALID_REQUEST", "an idempotent request (producer_id) must go to one partition")
-    answers = await produce_records(broker, caller, topic, groups, producer=producer, durable=durable)
-    results: list[dict[str, object] | None] = [None] * len(messages)
-    for (partition, items), answer in zip(groups.items(), answers, strict=True):
+    return _Routed(groups, producer, durable, len(messages), spread >= 0)
+
+
+def _json_answer(topic: str, routed: _Routed, answers: list[ProduceResult], size: int) -> Reply:
+    results: list[dict[str, object] | None] = [None] * routed.messages
+    for (partition, items), answer in zip(routed.groups.items(), answers, strict=True):
         base = answer.base_offset
         marks = answer.marks()
         for position, (index, _record) in enumerate(items):
             results[index] = {"partition": partition, "offset": base + position if base >= 0 else -1, **marks}
-    metrics.produced(topic, len(messages), len(body))
+    metrics.produced(topic, routed.messages, size)
     return Reply(200, orjson.dumps({"results": results}))
+
+
+async def _produce_json(
+    broker: Broker,
+    caller: Caller,
+    topic: str,
+    fixed_partition: int | None,
+    body: bytes | bytearray,
+    config: TopicConfig | None = None,
+) -> Reply:
+    routed = _route(broker, topic, fixed_partition, body, config or broker.topic(topic))
+    answers = await produce_records(
+        broker, caller, topic, routed.groups, producer=routed.producer, durable=routed.durable
+    )
+    return _json_answer(topic, routed, answers, len(body))
+
+
+class PendingReply(NamedTuple):
+    """A produce appended without an await (:func:`produce_now`): ``reply()`` once ``durable`` is done."""
+
+    durable: asyncio.Future[int]
+    reply: Callable[[], Reply]
+
+
+def produce_now(
+    broker: Broker,
+    caller: Caller,
+    topic: str,
+    partition: int | None,
+    content_type: str | None,
+    body: bytes | bytearray,
+) -> PendingReply | None:
+    """:func:`produce` of a durable JSON request whose messages go to one partition loaded here, appended to
+    its next flush without an await (``server.messaging.produce.produce_records_now``). None for anything
+    else, an error included, and then nothing was stored or counted: :func:`produce` does it all."""
+    if content_type is not None and not content_type.startswith(JSON):
+        return None
+    try:
+        config = broker.topic(topic, known_only=True)
+        routed = _route(broker, topic, partition, body, config, take=False)
+    except ApiError:
+        return None
+    if routed.producer or not routed.durable or len(routed.groups) != 1:
+        return None
+    ((target, items),) = routed.groups.items()
+    if not broker.owns(topic, target):  # the ring moved it: the full path forwards it
+        return None
+    pending = produce_records_now(broker, caller, topic, target, [record for _, record in items])
+    if pending is None:
+        return None
+    if routed.spread:
+        broker.next_partition(config)
+    size = len(body)
+
+    def reply() -> Reply:
+        return _json_answer(topic, routed, [pending.result()], size)
+
+    return PendingReply(pending.durable, reply)
 
 
 def batch_spans(body: bytes | bytearray) -> list[tuple[int, int, int]]:

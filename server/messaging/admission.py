@@ -8,16 +8,23 @@ from server.broker import Broker
 from server.messaging.caller import Caller
 from server.security.buckets import TokenBucket
 
-__all__ = ["Metered", "admit"]
+__all__ = ["Metered", "admit", "limited"]
 
 
 def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBucket]:
     """Rate quotas, on the partition's owner (429 when over); the byte buckets to pay once sizes are known.
     Every byte a tenant causes counts, on internal topics (a group's retry and dead-letter topics) too; only
     the servers' own requests on their topics (the admin principal, no tenant named) are not limited."""
-    if caller.tenant is None and topic.startswith("__"):
+    if not limited(broker, caller, topic):
         return []
     return broker.security.admit(caller.billed, topic, kind)
+
+
+def limited(broker: Broker, caller: Caller, topic: str) -> bool:
+    """Whether :func:`admit` would charge a quota for the request (no side effect)."""
+    if caller.tenant is None and topic.startswith("__"):
+        return False
+    return broker.security.limited(caller.billed, topic)
 
 
 class Metered:

@@ -10,16 +10,16 @@ from server import metrics
 from server.broker import Broker, NotOwnerError
 from server.cluster import Owner
 from server.errors import ApiError
-from server.messaging.admission import Metered, admit
+from server.messaging.admission import Metered, admit, limited
 from server.messaging.authorization import authorize_producers
 from server.messaging.caller import Caller
 from server.messaging.forwarder import BATCH_CONTENT_TYPE, answer_of, call_partition
-from server.partition.loaded import LoadedPartition, ProduceResult
+from server.partition.loaded import LoadedPartition, ProduceResult, Stored, as_api_error
 from server.security.guard import pay
 from server.trace.recorder import SIDE_PREFIXES
 from talos import RecordData, encode_batch, read_header
 
-__all__ = ["produce_batch", "produce_records", "store_batches"]
+__all__ = ["PendingProduce", "produce_batch", "produce_records", "produce_records_now", "store_batches"]
 
 
 async def store_batches(
@@ -142,6 +142,54 @@ async def produce_records(
     if len(groups) == 1:  # the common case: no gather
         return [await commit(*next(iter(groups.items())))]
     return list(await asyncio.gather(*(commit(p, items) for p, items in groups.items())))
+
+
+class PendingProduce:
+    """Records :func:`produce_records_now` appended, waiting for their group's flush: :meth:`result` once
+    ``durable`` is done meters, traces and answers them as :func:`produce_records` would."""
+
+    __slots__ = ("_batch", "_broker", "_caller", "_metered", "durable", "stored")
+
+    def __init__(self, broker: Broker, caller: Caller, stored: Stored, batch: bytearray, metered: Metered) -> None:
+        self._broker = broker
+        self._caller = caller
+        self._batch = batch
+        self._metered = metered
+        self.stored = stored
+        self.durable = stored.durable
+
+    def result(self) -> ProduceResult:
+        """The stored records' answer; raises the :class:`ApiError` a failed flush means."""
+        loaded = self.stored.partition
+        try:
+            answer = loaded.result_of(self.stored)
+        except Exception as exc:
+            self._metered.__exit__(type(exc))
+            raise as_api_error(exc) from None
+        self._metered.__exit__(None)
+        _trace_produced(self._broker, loaded.topic, loaded.index, [self._batch], [answer], self._caller, True)
+        return answer
+
+
+def produce_records_now(
+    broker: Broker, caller: Caller, topic: str, partition: int, records: list[RecordData]
+) -> PendingProduce | None:
+    """:func:`produce_records` of one partition's plain records (no idempotent producer), durable, without an
+    await: appended to the partition's next flush before this returns. None unless it is the common case that
+    needs no await (the partition loaded here and working, no quota to charge, group commit on, ...), and then
+    nothing was charged, metered or stored: :func:`produce_records` does it all."""
+    if limited(broker, caller, topic):
+        return None
+    loaded = broker.loaded_now(topic, partition)
+    if loaded is None:
+        return None
+    batch = bytearray(encode_batch(records))
+    metered = Metered(broker, caller, topic, partition)
+    stored = loaded.produce_now(batch, read_header(batch, whole=False))
+    if stored is None:
+        return None
+    metered.sizes.update(bytes_in=len(batch), messages_in=len(records))
+    return PendingProduce(broker, caller, stored, batch, metered)
 
 
 async def produce_batch(

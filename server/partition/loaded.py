@@ -41,7 +41,15 @@ from talos._control import Marker, marker_batch, parse_marker
 
 log = logging.getLogger("talos.server")
 
-__all__ = ["FetchResult", "LoadedPartition", "PartitionState", "ProduceResult", "as_api_error", "load_partition_state"]
+__all__ = [
+    "FetchResult",
+    "LoadedPartition",
+    "PartitionState",
+    "ProduceResult",
+    "Stored",
+    "as_api_error",
+    "load_partition_state",
+]
 
 T = TypeVar("T")
 
@@ -75,6 +83,16 @@ class ProduceResult(NamedTuple):  # a tuple: one per produce request, cheaper to
             bool(result.get("duplicate", False)),
             int(result.get("version", 0)),
         )
+
+
+class Stored(NamedTuple):
+    """A batch :meth:`LoadedPartition.produce_now` appended: its offsets, and its group's flush (the durable
+    offset, or the error a waiter of :meth:`LoadedPartition.produce` would get, through :func:`as_api_error`)."""
+
+    base_offset: int
+    next_offset: int
+    durable: asyncio.Future[int]
+    partition: LoadedPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,20 +310,52 @@ class LoadedPartition:
                     f"producer {header.producer_id} has a transaction open on {self.topic}/{self.index}: "
                     "a batch outside it must wait for its commit or abort",
                 )
-            base, end = self.log.append(batch, verify=verify, header=header)
+            base, end, group = self._append(header, batch, verify)
         except (BatchError, LogError) as exc:
             raise as_api_error(exc) from None
+        if appended is not None:
+            appended.set_result(None)
+        if not durable:
+            return ProduceResult(base, end, self.log.durable_offset, self.log.epoch, False, self.version)
+        return ProduceResult(base, end, await self._group_flush(group), self.log.epoch, False, self.version)
+
+    def _append(self, header: BatchHeader, batch: bytearray, verify: bool) -> tuple[int, int, _Group]:
+        """Give the batch its offsets in the log and a place in the next flush's group."""
+        base, end = self.log.append(batch, verify=verify, header=header)
         self.producers.record(header, base)
         if header.transactional:
             self.transactions.appended(header.producer_id, base, transactional=True, epoch=header.producer_epoch)
             self.transactions_changed = True
-        if appended is not None:
-            appended.set_result(None)
         group = self._join()
         group.stored.append((base, end, batch))
-        if not durable:
-            return ProduceResult(base, end, self.log.durable_offset, self.log.epoch, False, self.version)
-        return ProduceResult(base, end, await self._group_flush(group), self.log.epoch, False, self.version)
+        return base, end, group
+
+    def produce_now(self, batch: bytearray, header: BatchHeader) -> Stored | None:
+        """:meth:`produce` of a plain batch (no producer id, no transaction) that the server encoded itself,
+        without an await: the batch has its offsets when this returns, and ``Stored.durable`` resolves once its
+        group's flush is done. None whenever anything would need an await or an error answer (group commit
+        off, a compacted topic's key check, a failed log): :meth:`produce` then does it all, so nothing here
+        decides differently from it."""
+        if (
+            header.producer_id >= 0
+            or header.transactional
+            or header.control
+            or not self._group_commit
+            or self.keys_required
+            or self.failed
+        ):
+            return None
+        try:
+            base, end, group = self._append(header, batch, False)
+        except (BatchError, LogError):
+            return None  # nothing was appended: produce() answers the same error
+        return Stored(base, end, group.future, self)
+
+    def result_of(self, stored: Stored) -> ProduceResult:
+        """The answer of a :meth:`produce_now` whose flush succeeded (``stored.durable`` done, no exception)."""
+        return ProduceResult(
+            stored.base_offset, stored.next_offset, stored.durable.result(), self.log.epoch, False, self.version
+        )
 
     async def fence(self, producer_id: int, epoch: int) -> ProduceResult:
         """Refuse ``producer_id``'s epochs below ``epoch`` from now on; returns once every write accepted before

@@ -142,18 +142,34 @@ class Security:
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         """The principal of ``Authorization: Bearer <token>``. With auth off, anyone is the admin (but a
         valid tenant token still names its tenant, for metering); with auth on, no valid token is 401."""
+        principal = self.authenticate_now(headers)
+        if principal is not None:
+            return principal
+        token = _bearer(headers.get("authorization"))
+        assert token is not None  # authenticate_now answers every other case
+        principal = await self.principal_of(token)
+        if principal is not None:
+            return principal
+        if self.enabled:
+            raise unauthenticated("the token is not valid (unknown, revoked or malformed)")
+        return ANONYMOUS
+
+    def authenticate_now(self, headers: Mapping[str, str]) -> Principal | None:
+        """:meth:`authenticate` without an await; None for a token this server does not know yet (made on
+        another server since its last look), which only :meth:`authenticate` may re-read the state for."""
         raw = headers.get("authorization")
         if raw is None:
             if self.enabled:
                 raise unauthenticated("this server requires a bearer token (Authorization: Bearer <token>)")
             return ANONYMOUS
-        scheme, _, token = raw.strip().partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = _bearer(raw)
+        if token is None:
             if self.enabled:
                 raise unauthenticated("expected 'Authorization: Bearer <token>'")
             return ANONYMOUS
-        principal = await self.principal_of(token)
+        principal = self._known_principal(token)
+        if principal is _UNKNOWN:
+            return None
         if principal is not None:
             return principal
         if self.enabled:
@@ -162,6 +178,15 @@ class Security:
 
     async def principal_of(self, token: str) -> Principal | None:
         """Who ``token`` belongs to; None if nobody's."""
+        principal = self._known_principal(token)
+        if principal is _UNKNOWN:
+            await self._reload_since(time.monotonic())  # made on another server since our last look?
+            principal = self._known_principal(token)
+        return None if principal is _UNKNOWN else principal
+
+    def _known_principal(self, token: str) -> Principal | None:
+        """Who ``token`` belongs to by the state this server holds: None if nobody's, :data:`_UNKNOWN` if its
+        id is not in the state (yet)."""
         if self._admin_token and hmac.compare_digest(token.encode(), self._admin_token.encode()):
             return Principal(None)
         parsed = parse_token(token)
@@ -170,9 +195,8 @@ class Security:
         token_id, secret = parsed
         record = self.state.tokens.get(token_id)
         if record is None:
-            await self._reload_since(time.monotonic())  # made on another server since our last look?
-            record = self.state.tokens.get(token_id)
-        if record is None or not verify(secret, record.hash):
+            return _UNKNOWN
+        if not verify(secret, record.hash):
             return None
         return Principal(record.tenant, record.id)
 
@@ -243,13 +267,19 @@ class Security:
             bucket.retune(rate)
         return bucket
 
+    def limited(self, tenant: str, topic: str) -> bool:
+        """Whether a quota applies to the tenant or the topic (then :meth:`admit` charges and may refuse)."""
+        return self._quotas(tenant, topic) != (None, None)
+
+    def _quotas(self, tenant: str, topic: str) -> tuple[Quota | None, Quota | None]:
+        state = self.state
+        tenant_entry = state.tenants.get(tenant)
+        return (tenant_entry.quota if tenant_entry is not None else None), state.topic_quotas.get(topic)
+
     def admit(self, tenant: str, topic: str, kind: str) -> list[TokenBucket]:
         """Raise 429 if the tenant or the topic is over a rate quota; else charge the request and return
         the byte buckets to :func:`pay` with the request's size once it is known."""
-        state = self.state
-        tenant_entry = state.tenants.get(tenant)
-        tenant_quota = tenant_entry.quota if tenant_entry is not None else None
-        topic_quota = state.topic_quotas.get(topic)
+        tenant_quota, topic_quota = self._quotas(tenant, topic)
         if tenant_quota is None and topic_quota is None:
             return []
         now = time.monotonic()
@@ -298,6 +328,20 @@ def allowance(buckets: list[TokenBucket]) -> int:
     for bucket in buckets:
         bucket.wait(now)  # refills
     return max(0, int(min(bucket.tokens for bucket in buckets)))
+
+
+# A token whose id the security state does not hold: the state may be older than the token. (Compared by identity
+# and never handed out; its tenant name cannot exist, so it could grant nothing if it were.)
+_UNKNOWN = Principal("\x00unknown")
+
+
+def _bearer(raw: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value; None for no header or another scheme."""
+    if raw is None:
+        return None
+    scheme, _, token = raw.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 async def pay(buckets: list[TokenBucket], cost: int) -> None:

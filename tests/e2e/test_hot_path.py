@@ -93,3 +93,35 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(address: tuple[str, 
         )
         ((status, _, body),) = read_responses(sock, 1)
     assert status == 413 and json.loads(body)["error"]["code"] == "REQUEST_TOO_LARGE"
+
+
+def test_keyless_messages_to_the_topic_go_round_its_partitions(server: StandaloneServer) -> None:
+    """The round robin is taken once per request, whether the request is answered without a task or, as the
+    first one to each partition (it loads the partition), by the full path."""
+    Admin(server.url).create_topic("hot-spread", partitions=3)
+    host, port = server.url.removeprefix("http://").split(":")
+    body = json.dumps({"messages": [{"value": "v"}]}).encode()
+    request = (
+        f"POST /v1/topics/hot-spread/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    partitions = []
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        for _ in range(9):
+            sock.sendall(request)
+            ((status, _, answer),) = read_responses(sock, 1)
+            assert status == 200
+            partitions.append(json.loads(answer)["results"][0]["partition"])
+    assert sorted(partitions) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert all(partitions[i] == partitions[i % 3] for i in range(9))  # the same turn every round
+
+
+def test_pipelined_produces_are_answered_in_the_order_sent(address: tuple[str, int]) -> None:
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(b"".join(_produce(f"p{i}") for i in range(6)))
+        answers = read_responses(sock, 6)
+        offsets = [json.loads(body)["results"][0]["offset"] for status, _, body in answers if status == 200]
+        assert len(offsets) == 6 and offsets == list(range(offsets[0], offsets[0] + 6))
+        sock.sendall(f"GET /v1/topics/{TOPIC}/partitions/0/offsets HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        ((status, _, body),) = read_responses(sock, 1)  # the next answer on the connection is this one's
+    assert status == 200 and json.loads(body)["latest"] == offsets[-1] + 1  # each stored once

@@ -18,6 +18,7 @@ from fencing import OffsetOutOfRangeError
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
+from server.messaging.admission import limited
 from server.messaging.authorization import authorize_message
 from server.messaging.forwarder import HOPS_HEADER, Reply
 from server.security.access import Principal
@@ -28,6 +29,7 @@ from server.web import MAX_ADMIN_BODY, ASGIApp, Receive, Scope, Send, caller_of,
 __all__ = [
     "PUBLIC_PATHS",
     "BodyReader",
+    "Declined",
     "FastPath",
     "Route",
     "client_address",
@@ -90,6 +92,12 @@ def route(method: str, path: str) -> Route | None:
     return None
 
 
+class Declined(NamedTuple):
+    """What :meth:`FastPath.answer_now` learnt before it found the request needs an await."""
+
+    principal: Principal | None  # None: not authenticated yet
+
+
 #: Reads a hot request's body: ``(limit, declared content-length) -> body``, 413 (:class:`ApiError`) over the limit.
 BodyReader = Callable[[int, str | None], Awaitable[bytes | bytearray]]
 
@@ -136,16 +144,25 @@ class FastPath:
         return self._broker().config.max_request_bytes if hot.kind == "produce" else MAX_ADMIN_BODY
 
     async def answer(
-        self, hot: Route, headers: dict[str, str], raw_query: bytes, body: BodyReader, *, client: str | None = None
+        self,
+        hot: Route,
+        headers: dict[str, str],
+        raw_query: bytes,
+        body: BodyReader,
+        *,
+        client: str | None = None,
+        principal: Principal | None = None,
     ) -> Reply:
         """Authenticate, authorize and answer a hot request (``headers``: lower-case names; changed in place).
-        ``client``: the peer's ``host:port`` (the message trace records who produced). Raises
+        ``client``: the peer's ``host:port`` (the message trace records who produced); ``principal``: who asks,
+        if :meth:`answer_now` authenticated the request already (with these headers). Raises
         :class:`ConnectionResetError` if the client went away while its body was read."""
         query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
         self._name_client(headers, client)
         topic, partition = hot.topic, hot.partition
         try:
-            principal = await self._authenticate(headers)
+            if principal is None:
+                principal = await self._authenticate(headers)
             broker = self._broker()
             authorize_message(broker, principal, topic, hot.kind)
             caller = caller_of(headers)
@@ -170,27 +187,28 @@ class FastPath:
 
     def answer_now(
         self, hot: Route, headers: dict[str, str], body: bytearray, *, client: str | None
-    ) -> Reply | messages.PendingReply | None:
+    ) -> Reply | messages.PendingReply | Declined:
         """:meth:`answer` of a produce whose body is in, without an await: a refusal, or the produce appended to
-        its partition's next flush (answered once that is durable). None whenever an await is needed (a token
-        this server does not know yet, a partition to load or on another server, a quota, ...): :meth:`answer`
-        then does it all, and nothing was stored or charged."""
+        its partition's next flush (answered once that is durable). :class:`Declined` whenever an await is
+        needed (a token this server does not know yet, a partition to load or on another server, a quota, ...):
+        :meth:`answer` then does it all (given the principal found here, and the same headers), and nothing was
+        stored or charged."""
         if hot.kind != "produce":
-            return None
+            return Declined(None)
         self._name_client(headers, client)
         try:
             broker = self._broker()
             principal = broker.security.authenticate_now(headers)
             if principal is None:
-                return None
+                return Declined(None)
             if principal.tenant is not None:
                 headers[TENANT_HEADER] = principal.tenant
+            caller = caller_of(headers)
+            if limited(broker, caller, hot.topic, hot.kind) or len(body) > self.body_limit(hot):
+                return Declined(principal)  # a quota to charge (which may hold the request), or a 413
             authorize_message(broker, principal, hot.topic, hot.kind)
-            if len(body) > self.body_limit(hot):
-                return None
-            return messages.produce_now(
-                broker, caller_of(headers), hot.topic, hot.partition, headers.get("content-type"), body
-            )
+            now = messages.produce_now(broker, caller, hot.topic, hot.partition, headers.get("content-type"), body)
+            return Declined(principal) if now is None else now
         except ApiError as exc:
             return _error(exc)
 

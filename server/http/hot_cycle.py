@@ -20,8 +20,9 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from server.errors import ApiError, error_body
-from server.http.fastpath import FastPath, Route, client_address
+from server.http.fastpath import Declined, FastPath, Route, client_address
 from server.messaging.forwarder import Reply
+from server.security.access import Principal
 from server.web import check_declared_length
 
 __all__ = ["HotCycle"]
@@ -38,6 +39,7 @@ class HotCycle(RequestResponseCycle):
         self._hot = hot
         self._body_limit = body_limit
         self._raw_query = raw_query
+        self._declined: tuple[dict[str, str], Principal | None] | None = None
         # A produce waits for its whole body before anything runs: then :meth:`answer_now` may answer it without
         # a task (the protocol starts ``run_asgi`` only if it cannot, or if the body goes over the limit).
         # One that declares a body over the limit is refused at once, by ``run_asgi``.
@@ -67,7 +69,8 @@ class HotCycle(RequestResponseCycle):
         except Exception:
             log.exception("unexpected error in a hot request")
             now = _INTERNAL
-        if now is None:
+        if isinstance(now, Declined):
+            self._declined = (headers, now.principal)  # run_asgi goes on from there
             return False
         self.body = bytearray()
         if isinstance(now, Reply):
@@ -91,10 +94,16 @@ class HotCycle(RequestResponseCycle):
 
     async def run_asgi(self, app: object) -> None:
         try:
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
+            if self._declined is not None:
+                headers, principal = self._declined
+            else:
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
+                principal = None
             try:
                 client = client_address(self.scope) if self._hot.kind == "produce" else None
-                reply = await self._fast.answer(self._hot, headers, self._raw_query, self._read_body, client=client)
+                reply = await self._fast.answer(
+                    self._hot, headers, self._raw_query, self._read_body, client=client, principal=principal
+                )
             except ConnectionResetError:
                 return
             if not self.disconnected:

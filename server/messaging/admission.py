@@ -15,16 +15,16 @@ def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBu
     """Rate quotas, on the partition's owner (429 when over); the byte buckets to pay once sizes are known.
     Every byte a tenant causes counts, on internal topics (a group's retry and dead-letter topics) too; only
     the servers' own requests on their topics (the admin principal, no tenant named) are not limited."""
-    if not limited(broker, caller, topic):
+    if caller.tenant is None and topic.startswith("__"):
         return []
     return broker.security.admit(caller.billed, topic, kind)
 
 
-def limited(broker: Broker, caller: Caller, topic: str) -> bool:
+def limited(broker: Broker, caller: Caller, topic: str, kind: str) -> bool:
     """Whether :func:`admit` would charge a quota for the request (no side effect)."""
     if caller.tenant is None and topic.startswith("__"):
         return False
-    return broker.security.limited(caller.billed, topic)
+    return broker.security.limited(caller.billed, topic, kind)
 
 
 class Metered:

@@ -178,7 +178,7 @@ def produce_records_now(
     await: appended to the partition's next flush before this returns. None unless it is the common case that
     needs no await (the partition loaded here and working, no quota to charge, group commit on, ...), and then
     nothing was charged, metered or stored: :func:`produce_records` does it all."""
-    if limited(broker, caller, topic):
+    if limited(broker, caller, topic, "produce"):
         return None
     loaded = broker.loaded_now(topic, partition)
     if loaded is None:

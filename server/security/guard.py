@@ -64,6 +64,10 @@ class Security:
         self._executor = executor
         self._topology = topology
         self._refresh_s = config.security_refresh_s
+        # What a principal may do to a topic, by the current state (``actions_on`` walks the grants): asked on
+        # every message request. Emptied whenever the state is replaced (it is immutable), so a revocation counts
+        # from the request after it, as before.
+        self._actions: dict[tuple[Principal, str, str | None], frozenset[str]] = {}
         self.state = SecurityState()
         self._last_reload = 0.0  # when the latest re-read started
         self._fresh_as_of = 0.0  # the start of the latest re-read that finished: state is at least that new
@@ -71,6 +75,15 @@ class Security:
         self._reading: asyncio.Future[SecurityState] | None = None  # the re-read in flight
         self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
         self._shares: dict[tuple[str, str], tuple[float, float]] = {}  # (scope, name) → (share, computed at)
+
+    @property
+    def state(self) -> SecurityState:
+        return self._state
+
+    @state.setter
+    def state(self, state: SecurityState) -> None:
+        self._state = state
+        self._actions = {}
 
     async def _io(self, function: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
@@ -208,7 +221,12 @@ class Security:
         if not self.enabled:
             return
         name, owner = (topic, None) if isinstance(topic, str) else (topic.name, topic.tenant)
-        actions = actions_on(principal, self.state, name, owner)
+        key = (principal, name, owner)
+        actions = self._actions.get(key)
+        if actions is None:
+            if len(self._actions) >= _ACTIONS_KEPT:
+                self._actions = {}
+            actions = self._actions[key] = actions_on(principal, self.state, name, owner)
         if action in actions:
             return
         if not isinstance(topic, str) and hidden(name, actions):
@@ -267,9 +285,14 @@ class Security:
             bucket.retune(rate)
         return bucket
 
-    def limited(self, tenant: str, topic: str) -> bool:
-        """Whether a quota applies to the tenant or the topic (then :meth:`admit` charges and may refuse)."""
-        return self._quotas(tenant, topic) != (None, None)
+    def limited(self, tenant: str, topic: str, kind: str) -> bool:
+        """Whether a limit of the tenant's or the topic's quota applies to a ``kind`` request: then :meth:`admit`
+        charges it and may refuse it (no side effect here)."""
+        resources = ("requests_per_s", _BYTES_RESOURCE.get(kind))
+        return any(
+            quota is not None and any(quota.get(r) is not None for r in resources if r is not None)
+            for quota in self._quotas(tenant, topic)
+        )
 
     def _quotas(self, tenant: str, topic: str) -> tuple[Quota | None, Quota | None]:
         state = self.state
@@ -329,6 +352,9 @@ def allowance(buckets: list[TokenBucket]) -> int:
         bucket.wait(now)  # refills
     return max(0, int(min(bucket.tokens for bucket in buckets)))
 
+
+# How many (principal, topic) answers the authorization keeps before it starts again.
+_ACTIONS_KEPT = 4096
 
 # A token whose id the security state does not hold: the state may be older than the token. (Compared by identity
 # and never handed out; its tenant name cannot exist, so it could grant nothing if it were.)

@@ -75,13 +75,17 @@ def test_what_needs_an_await_is_declined_and_nothing_is_stored_or_charged(tmp_pa
         end = loaded.log.next_offset
 
         # A quota applies to the tenant: admission charges it, and may hold the request.
-        state = broker.security.state.create_tenant("acme", 0)
-        broker.security.state = state.set_quota("acme", None, {"requests_per_s": 1000.0})
+        state = broker.security.state.create_tenant("acme", 0).create_tenant("fetcher", 0).create_tenant("free", 0)
+        state = state.set_quota("acme", None, {"requests_per_s": 1000.0})
+        broker.security.state = state.set_quota("fetcher", None, {"fetch_bytes_per_s": 1000.0})
         assert produce_records_now(broker, Caller(tenant="acme"), "t", 0, [_record(b"x")]) is None
-        assert broker.security.limited("acme", "t")
+        assert broker.security.limited("acme", "t", "produce")
         assert not broker.security._buckets  # nothing was charged
-        assert produce_records_now(broker, Caller(tenant="other"), "t", 0, [_record(b"y")]) is not None
-        end += 1
+        # A tenant without a quota, or with a limit on fetches only, is not held: the produce is appended.
+        for tenant in ("free", "fetcher"):
+            assert not broker.security.limited(tenant, "t", "produce")
+            assert produce_records_now(broker, Caller(tenant=tenant), "t", 0, [_record(b"y")]) is not None
+            end += 1
 
         # An idempotent producer's batch: its sequence and epoch are checked on the full path.
         batch = bytearray(encode_batch([_record(b"z")], producer_id=7, producer_epoch=0, base_sequence=0))

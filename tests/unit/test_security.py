@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metering.store import Window
+from server.config import ServerConfig
 from server.errors import ApiError
 from server.portal.charts import line_chart, nice_ceiling
 from server.portal.session import SessionSigner
 from server.security.access import ANONYMOUS, Principal, actions_on, hidden, require
 from server.security.buckets import TokenBucket, retry_after_header
+from server.security.guard import Security
 from server.security.state import (
     KEEP_DECIDED_REQUESTS_PER_TENANT,
     MAX_PENDING_REQUESTS_PER_TENANT,
@@ -26,6 +28,7 @@ from server.security.state import (
 )
 from server.security.tokens import hash_secret, new_token, parse_token, verify
 from server.security.trim import trim_to_allowance
+from server.topics import TopicConfig
 from server.usage.history import UsageHistory
 from server.usage.meter import Usage
 from talos import RecordData, decode_records, encode_batch, read_header
@@ -303,6 +306,28 @@ def test_a_tenants_grant_covers_only_its_own_topics_and_dies_with_the_topic() ->
         del entry["grantor"]
     assert all(g.grantor is None for g in SecurityState.from_json(legacy).grants)
     assert state.delete_tenant("acme").grants == tuple(g for g in state.grants if g.grantor is None)
+
+
+def test_authorization_answers_follow_every_change_of_the_state() -> None:
+    """The answers kept per (principal, topic) are dropped with the state they were read from: a revocation
+    refuses the next request, a new grant allows it, the topic's owner is still told by the topic."""
+    security = Security(ServerConfig(auth="on", admin_token="admin-secret"), None, None, None)  # type: ignore[arg-type]
+    globex = Principal("globex", "g1")
+    orders = TopicConfig(name="orders", partitions=1, tenant="acme")
+    security.state = state_with("acme", "globex").grant("orders", "globex", ("produce",), grantor="acme")
+    security.authorize(globex, orders, "produce")
+    security.authorize(globex, orders, "produce")  # the kept answer
+    with pytest.raises(ApiError) as refused:
+        security.authorize(globex, orders, "consume")
+    assert refused.value.status == 403
+    security.state = security.state.revoke("orders", "globex")
+    with pytest.raises(ApiError) as hidden_now:
+        security.authorize(globex, orders, "produce")
+    assert hidden_now.value.status == 404  # may do nothing: told the topic does not exist
+    security.state = security.state.grant("orders", "globex", ("consume",), grantor="acme")
+    security.authorize(globex, orders, "consume")
+    with pytest.raises(ApiError):
+        security.authorize(globex, dataclasses.replace(orders, tenant="initech"), "consume")  # the name re-created
 
 
 def test_a_tenant_has_at_most_50_tokens_and_20_pending_requests() -> None:

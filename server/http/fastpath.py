@@ -33,6 +33,7 @@ __all__ = [
     "FastPath",
     "Route",
     "client_address",
+    "error_reply",
     "route",
 ]
 
@@ -42,7 +43,8 @@ PUBLIC_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.
 log = logging.getLogger("talos.server")
 
 
-def _error(error: ApiError) -> Reply:
+def error_reply(error: ApiError) -> Reply:
+    """The answer of a refused hot request: the error document, its status and headers."""
     return Reply(error.status, error_body(error), headers=error.headers)
 
 
@@ -123,7 +125,7 @@ class FastPath:
             try:
                 principal = await self._authenticate(headers)
             except ApiError as exc:
-                await _send(send, _error(exc))
+                await _send(send, error_reply(exc))
                 return
             _for_routes(scope, principal)
             await self._pass_on(scope, receive, send)
@@ -176,14 +178,14 @@ class FastPath:
                 return await messages.fetch(broker, caller, topic, partition, headers.get("accept"), query)
             return await messages.offsets(broker, caller, topic, partition, query)
         except ApiError as exc:
-            return _error(exc)
+            return error_reply(exc)
         except OffsetOutOfRangeError as exc:
-            return _error(out_of_range(exc))
+            return error_reply(out_of_range(exc))
         except ConnectionResetError:
             raise
         except Exception as exc:
             log.exception("unexpected error")
-            return _error(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
+            return error_reply(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
 
     def answer_now(
         self, hot: Route, headers: dict[str, str], body: bytearray, *, client: str | None
@@ -201,8 +203,7 @@ class FastPath:
             principal = broker.security.authenticate_now(headers)
             if principal is None:
                 return Declined(None)
-            if principal.tenant is not None:
-                headers[TENANT_HEADER] = principal.tenant
+            _name_tenant(headers, principal)
             caller = caller_of(headers)
             if limited(broker, caller, hot.topic, hot.kind) or len(body) > self.body_limit(hot):
                 return Declined(principal)  # a quota to charge (which may hold the request), or a 413
@@ -210,7 +211,7 @@ class FastPath:
             now = messages.produce_now(broker, caller, hot.topic, hot.partition, headers.get("content-type"), body)
             return Declined(principal) if now is None else now
         except ApiError as exc:
-            return _error(exc)
+            return error_reply(exc)
 
     def _name_client(self, headers: dict[str, str], client: str | None) -> None:
         if client is not None and not (HOPS_HEADER in headers and self._from_a_server(client)):
@@ -223,7 +224,7 @@ class FastPath:
         try:
             body = await read_body(receive, MAX_ADMIN_BODY, declared)
         except ApiError as exc:
-            await _send(send, _error(exc))
+            await _send(send, error_reply(exc))
             return
         except ConnectionResetError:
             return
@@ -248,12 +249,17 @@ class FastPath:
         return any(urlsplit(server.url).hostname == host for server in cluster.servers.values())
 
     async def _authenticate(self, headers: dict[str, str]) -> Principal:
-        """Who asks; the tenant header becomes the authenticated tenant's (only the admin may name one, as
-        servers do when they write on a tenant's behalf)."""
+        """Who asks (the tenant header named by :func:`_name_tenant`)."""
         principal = await self._broker().security.authenticate(headers)
-        if principal.tenant is not None:
-            headers[TENANT_HEADER] = principal.tenant
+        _name_tenant(headers, principal)
         return principal
+
+
+def _name_tenant(headers: dict[str, str], principal: Principal) -> None:
+    """The tenant header becomes the authenticated tenant's (only the admin may name one, as servers do when they
+    write on a tenant's behalf)."""
+    if principal.tenant is not None:
+        headers[TENANT_HEADER] = principal.tenant
 
 
 def client_address(scope: Mapping[str, object]) -> str | None:

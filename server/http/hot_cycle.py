@@ -19,8 +19,8 @@ from typing import Any
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-from server.errors import ApiError, error_body
-from server.http.fastpath import Declined, FastPath, Route, client_address
+from server.errors import ApiError
+from server.http.fastpath import Declined, FastPath, Route, client_address, error_reply
 from server.messaging.forwarder import Reply
 from server.security.access import Principal
 from server.web import check_declared_length
@@ -84,7 +84,7 @@ class HotCycle(RequestResponseCycle):
         try:
             answer = reply()
         except ApiError as exc:
-            answer = Reply(exc.status, error_body(exc), headers=exc.headers)
+            answer = error_reply(exc)
         except Exception:
             log.exception("unexpected error in a hot request")
             answer = _INTERNAL
@@ -179,4 +179,4 @@ def _declared(headers: Iterable[tuple[bytes, bytes]]) -> int:
     return 0
 
 
-_INTERNAL = Reply(500, error_body(ApiError(500, "INTERNAL", "internal error", retriable=True)))
+_INTERNAL = error_reply(ApiError(500, "INTERNAL", "internal error", retriable=True))

@@ -15,16 +15,19 @@ def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBu
     """Rate quotas, on the partition's owner (429 when over); the byte buckets to pay once sizes are known.
     Every byte a tenant causes counts, on internal topics (a group's retry and dead-letter topics) too; only
     the servers' own requests on their topics (the admin principal, no tenant named) are not limited."""
-    if caller.tenant is None and topic.startswith("__"):
+    if _servers_own(caller, topic):
         return []
     return broker.security.admit(caller.billed, topic, kind)
 
 
 def limited(broker: Broker, caller: Caller, topic: str, kind: str) -> bool:
     """Whether :func:`admit` would charge a quota for the request (no side effect)."""
-    if caller.tenant is None and topic.startswith("__"):
-        return False
-    return broker.security.limited(caller.billed, topic, kind)
+    return not _servers_own(caller, topic) and broker.security.limited(caller.billed, topic, kind)
+
+
+def _servers_own(caller: Caller, topic: str) -> bool:
+    """A server's own request on its internal topics (the admin principal, no tenant named): never limited."""
+    return caller.tenant is None and topic.startswith("__")
 
 
 class Metered:

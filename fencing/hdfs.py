@@ -173,6 +173,9 @@ class HdfsFileSystem(FileSystem):
                 # FileNotFoundError, which the takeover looks at again).
                 pass
             if time.monotonic() > deadline:
-                raise StorageError(f"lease of {path} not recovered within {timeout:.0f}s")
+                raise StorageError(
+                    f"lease of {path} not recovered within {timeout:.0f}s: the DataNodes' block recovery keeps "
+                    "failing (their logs say why; see docs/storage.md, 'A known HDFS 2.7.3 fault')"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 1.0)

@@ -94,7 +94,8 @@ def taker(args: argparse.Namespace) -> None:
     directory = f"{root}/{args.dir}"
     started = time.monotonic()
     hook = protocol_hook(args, random.Random())
-    plog = PartitionLog.open(fs, directory, DirectoryEpochSource(fs, directory), hook=hook)
+    config = LogConfig(lease_timeout_s=args.lease_timeout)
+    plog = PartitionLog.open(fs, directory, DirectoryEpochSource(fs, directory), config=config, hook=hook)
     done = time.monotonic()
     assert plog.recovery is not None
     first = plog.next_offset
@@ -129,6 +130,7 @@ def main() -> None:
     parser.add_argument("--release-file", default="", help="go on once this file exists")
     parser.add_argument("--file-size-limit", type=int, default=0, help="RLIMIT_FSIZE in bytes (a full disk)")
     parser.add_argument("--deadline", type=float, default=60.0)
+    parser.add_argument("--lease-timeout", type=float, default=90.0, help="the taker's wait for HDFS lease recovery")
     args = parser.parse_args()
     writer(args) if args.role == "writer" else taker(args)
 

@@ -33,15 +33,19 @@ from server.kafka.protocol import (
     UnsupportedVersion,
     api_versions_fallback,
     read_request,
+    response_parts,
     write_response,
 )
 from server.kafka.protocol.errors import ErrorCode
+from server.kafka.protocol.primitives import Buffer
 from server.kafka.session import MECHANISMS, Session, bearer_token
 from server.transactions.coordinator import TransactionCoordinator
 
 __all__ = ["KafkaListener"]
 
 log = logging.getLogger("talos.kafka")
+
+_Frame = bytes | list[Buffer]  # a response frame, whole or in parts (a Fetch answer's records not copied)
 
 Handler = Callable[[Context, dict[str, Any]], Awaitable[dict[str, Any] | None]]
 _PRODUCE, _SASL_HANDSHAKE, _API_VERSIONS, _SASL_AUTHENTICATE = 0, 17, 18, 36
@@ -169,7 +173,7 @@ class KafkaListener:
             return
         connection = self._connections[task] = _Connection(writer)
         session = Session(address, self._broker.security)
-        answers: asyncio.Queue[tuple[asyncio.Future[bytes | None], int] | None] = asyncio.Queue(_MAX_IN_FLIGHT)
+        answers: asyncio.Queue[tuple[asyncio.Future[_Frame | None], int] | None] = asyncio.Queue(_MAX_IN_FLIGHT)
         sender = asyncio.get_running_loop().create_task(self._send(answers, connection))
         try:
             await self._read(reader, session, answers, connection)
@@ -195,7 +199,7 @@ class KafkaListener:
         self,
         reader: asyncio.StreamReader,
         session: Session,
-        answers: asyncio.Queue[tuple[asyncio.Future[bytes | None], int] | None],
+        answers: asyncio.Queue[tuple[asyncio.Future[_Frame | None], int] | None],
         connection: _Connection,
     ) -> None:
         config = self._broker.config
@@ -221,7 +225,7 @@ class KafkaListener:
                 if exc.header.api_key != _API_VERSIONS:
                     log.info("kafka client %s: %s, closing", session.peer, exc)
                     return
-                done: asyncio.Future[bytes | None] = loop.create_future()
+                done: asyncio.Future[_Frame | None] = loop.create_future()
                 done.set_result(api_versions_fallback(exc.header))
                 await answers.put((done, size))
                 continue
@@ -250,7 +254,7 @@ class KafkaListener:
         header: RequestHeader,
         body: dict[str, Any],
         turns: list[tuple[asyncio.Future[None] | None, asyncio.Future[None]]],
-    ) -> bytes | None:
+    ) -> list[Buffer] | None:
         ctx = Context(self._broker, self._coordinator, self.memberships, self._transactions, session, header)
         name = API_NAMES.get(header.api_key, str(header.api_key))
         try:
@@ -268,7 +272,7 @@ class KafkaListener:
         metrics.kafka_request(name, error)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("kafka client %s: %s v%d answered (error %d)", session.peer, name, header.api_version, error)
-        return None if answer is None else write_response(header, answer)
+        return None if answer is None else response_parts(header, answer)
 
     async def _sasl(self, session: Session, header: RequestHeader, body: dict[str, Any]) -> tuple[bytes, bool]:
         """The SASL exchange, one request at a time: (the answer, whether the connection goes on)."""
@@ -294,7 +298,7 @@ class KafkaListener:
         ), True
 
     async def _send(
-        self, answers: asyncio.Queue[tuple[asyncio.Future[bytes | None], int] | None], connection: _Connection
+        self, answers: asyncio.Queue[tuple[asyncio.Future[_Frame | None], int] | None], connection: _Connection
     ) -> None:
         writer = connection.writer
         while True:
@@ -307,7 +311,10 @@ class KafkaListener:
             except Exception:
                 writer.close()  # the request failed unexpectedly: the client reconnects and resends
                 return
-            if frame is not None:
+            if isinstance(frame, list):
+                writer.writelines(frame)
+                await writer.drain()
+            elif frame is not None:
                 writer.write(frame)
                 await writer.drain()
             connection.in_flight -= size

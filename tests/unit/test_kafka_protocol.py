@@ -23,10 +23,11 @@ from server.kafka.protocol import (
     decode_response,
     encode_request,
     read_request,
+    response_parts,
     write_response,
 )
 from server.kafka.protocol.messages import APIS
-from server.kafka.protocol.primitives import Reader, Writer
+from server.kafka.protocol.primitives import KEPT_APART, Reader, Writer
 from server.kafka.protocol.schema import Field, decode, encode, in_versions
 
 ALL_VERSIONS = [(key, version) for key, (low, high) in sorted(SUPPORTED.items()) for version in range(low, high + 1)]
@@ -176,6 +177,26 @@ def test_records_are_views_into_the_frame() -> None:
         records = decoded["topic_data"][0]["partition_data"][0]["records"]
         assert isinstance(records, memoryview)
         assert records == batch
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_a_fetch_answers_large_records_are_sent_as_they_are(version: int) -> None:
+    """The records of a Fetch answer go to the socket as the object the log read gave (no copy into the frame);
+    small ones are copied in; either way the parts are the frame ``write_response`` writes."""
+    large, small = bytes(range(256)) * (KEPT_APART // 256), b"s" * (KEPT_APART - 1)
+    partitions = [{"partition_index": 0, "records": large}, {"partition_index": 1, "records": small}]
+    body = {"responses": [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": partitions}]}
+    header = RequestHeader(1, version, 7, "c")
+    parts = response_parts(header, body)
+    assert [part for part in parts if part is large] == [large]
+    assert not any(part is small for part in parts)
+    frame = b"".join(parts)
+    assert frame == write_response(header, body)
+    assert struct.unpack(">i", frame[:4])[0] == len(frame) - 4
+    correlation_id, decoded = decode_response(1, version, frame[4:])
+    assert correlation_id == 7
+    records = [p["records"] for p in decoded["responses"][0]["partitions"]]
+    assert records == [large, small]
 
 
 def test_schema_level_helpers() -> None:

@@ -2,10 +2,10 @@
 
 ``read_request`` takes a frame without its 4-byte size prefix and returns the header and the body as a dict
 (snake_case field names, see ``messages.py``); ``write_response`` returns a whole frame, size prefix
-included. Only the APIs and versions in ``SUPPORTED`` are decoded; anything else raises
-:class:`UnsupportedVersion` carrying the header, so the caller can still answer (for ApiVersions, with
-:func:`api_versions_fallback`). ``encode_request`` and ``decode_response`` are the client-side
-counterparts, for tests and tools.
+included, and ``response_parts`` the same frame as buffers (a Fetch answer's records are not copied into it).
+Only the APIs and versions in ``SUPPORTED`` are decoded; anything else raises :class:`UnsupportedVersion`
+carrying the header, so the caller can still answer (for ApiVersions, with :func:`api_versions_fallback`).
+``encode_request`` and ``decode_response`` are the client-side counterparts, for tests and tools.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from server.kafka.protocol.errors import ErrorCode
 from server.kafka.protocol.messages import APIS
-from server.kafka.protocol.primitives import ProtocolError, Reader, Writer
+from server.kafka.protocol.primitives import Buffer, ProtocolError, Reader, Writer
 from server.kafka.protocol.schema import StructCodec, compile_struct, parse_versions
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "read_request",
+    "response_parts",
     "write_response",
 ]
 
@@ -125,6 +126,11 @@ def write_response(header: RequestHeader, body: dict[str, Any]) -> bytes:
     """The whole response frame: size, correlation id, header tagged fields when flexible (never for
     ApiVersions, whose response header stays v0 so that a client can read it before knowing our
     versions), then ``body`` encoded at ``header.api_version``."""
+    return b"".join(response_parts(header, body))
+
+
+def response_parts(header: RequestHeader, body: dict[str, Any]) -> list[Buffer]:
+    """:func:`write_response`'s frame as buffers for ``writelines``: a Fetch answer's records are not copied."""
     api_key, version = header.api_key, header.api_version
     if not _is_supported(api_key, version):
         raise UnsupportedVersion(header, f"no response schema for key {api_key} version {version}")
@@ -133,8 +139,7 @@ def write_response(header: RequestHeader, body: dict[str, Any]) -> bytes:
     if version >= _FLEXIBLE_FROM[api_key] and api_key != API_VERSIONS_KEY:
         writer.write_tagged_fields()
     _response_plan(api_key, version).encode(writer, body)
-    _SIZE.pack_into(writer.buf, 0, len(writer.buf) - 4)
-    return bytes(writer.buf)
+    return writer.framed_parts()
 
 
 def _fallback_body() -> bytes:

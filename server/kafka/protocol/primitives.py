@@ -11,7 +11,13 @@ from __future__ import annotations
 import struct
 import uuid
 
-__all__ = ["MAX_STRING_BYTES", "ProtocolError", "Reader", "Writer"]
+__all__ = ["KEPT_APART", "MAX_STRING_BYTES", "Buffer", "ProtocolError", "Reader", "Writer"]
+
+Buffer = bytes | bytearray | memoryview
+
+# A bytes value this large is not copied into the writer's buffer: a Fetch answer's records go to the socket
+# as they are (``Writer.parts``). Smaller ones are copied: a part per value would cost more than the copy.
+KEPT_APART = 16 * 1024
 
 # Kafka refuses longer strings even in the compact form (whose length prefix could say more).
 MAX_STRING_BYTES = 0x7FFF
@@ -262,21 +268,41 @@ class Reader:
 
 
 class Writer:
-    """Appends primitives to a bytearray."""
+    """Appends primitives to a bytearray; a bytes value of at least :data:`KEPT_APART` bytes (a Fetch answer's
+    records) is kept as its own part instead of being copied in, for :meth:`parts` to hand to ``writelines``."""
 
-    __slots__ = ("buf",)
+    __slots__ = ("_first", "_parts", "_parts_size", "buf")
 
     def __init__(self, prefix: bytes = b"") -> None:
-        self.buf = bytearray(prefix)
+        self.buf = self._first = bytearray(prefix)
+        self._parts: list[Buffer] = []  # what came before ``buf``: finished buffers and the values kept apart
+        self._parts_size = 0
 
     def __len__(self) -> int:
-        return len(self.buf)
+        return self._parts_size + len(self.buf)
 
     def getvalue(self) -> bytes:
-        return bytes(self.buf)
+        return b"".join([*self._parts, self.buf]) if self._parts else bytes(self.buf)
+
+    def parts(self) -> list[Buffer]:
+        """Everything written, in order, as buffers (no copy of the values kept apart)."""
+        return [*self._parts, self.buf]
+
+    def framed_parts(self) -> list[Buffer]:
+        """:meth:`parts` of a writer made with a 4-byte prefix, the size of what follows it packed into it."""
+        _I32.pack_into(self._first, 0, len(self) - 4)
+        return self.parts()
 
     def write_raw(self, data: bytes | bytearray | memoryview) -> None:
         self.buf += data
+
+    def _write_value(self, value: Buffer, size: int) -> None:
+        if size < KEPT_APART:
+            self.buf += value
+            return
+        self._parts += (self.buf, value)
+        self._parts_size += len(self.buf) + size
+        self.buf = bytearray()
 
     # Fixed-width integers ----------------------------------------------------------------------------------
 
@@ -383,8 +409,9 @@ class Writer:
         raise ValueError(f"expected bytes, got {value!r}")
 
     def write_bytes(self, value: bytes | bytearray | memoryview) -> None:
-        self.buf += _I32.pack(self._byte_count(value))
-        self.buf += value
+        size = self._byte_count(value)
+        self.buf += _I32.pack(size)
+        self._write_value(value, size)
 
     def write_nullable_bytes(self, value: bytes | bytearray | memoryview | None) -> None:
         if value is None:
@@ -393,8 +420,9 @@ class Writer:
             self.write_bytes(value)
 
     def write_compact_bytes(self, value: bytes | bytearray | memoryview) -> None:
-        self.write_unsigned_varint(self._byte_count(value) + 1)
-        self.buf += value
+        size = self._byte_count(value)
+        self.write_unsigned_varint(size + 1)
+        self._write_value(value, size)
 
     def write_compact_nullable_bytes(self, value: bytes | bytearray | memoryview | None) -> None:
         if value is None:

@@ -24,7 +24,6 @@ import resource
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
@@ -167,6 +166,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._requests = 0
         self._body_started = 0.0
         self._body_progress = 0.0
+        self._client_text: str | None = None  # "host:port" of the peer, for the trace of what it produces
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.limits.max_connections:
@@ -176,6 +176,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._log_refusal()
             return
         super().connection_made(transport)
+        self._client_text = f"{self.client[0]}:{self.client[1]}" if self.client else None
         self._head_due = self.loop.time() + self.limits.header_timeout_s
         self._watch(self._head_due)
 
@@ -195,7 +196,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._close_with(_HEAD_TOO_LARGE)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        # uvicorn's, without its ASGI scope (a dict of ten keys and a copy of the app state per request): a hot
+        # request never needs one, and any other gets it when its head is complete (_asgi_scope).
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
         if self._phase == _APP:  # a pipelined request: its head starts now
             self._head_due = self.loop.time() + self.limits.header_timeout_s
             self._watch(self._head_due)
@@ -208,44 +213,56 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         limits = self.limits
         self._watch(now + min(limits.body_idle_timeout_s, limits.body_timeout_s))
         if not self._start_hot():
+            self._asgi_scope()
             super().on_headers_complete()
         self._requests += 1
         limit = self.limits.max_requests_per_connection
         if limit and self._requests >= limit and self.cycle is not None:
             self.cycle.keep_alive = False
 
+    def _asgi_scope(self) -> None:
+        """uvicorn's scope for this request, made by uvicorn's ``on_message_begin`` (which also resets what the
+        head's callbacks gathered: kept)."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()
+        self.url, self.headers, self.expect_100_continue = url, headers, expect
+        self.scope["headers"] = headers
+
     def _start_hot(self) -> bool:
         """Start a hot endpoint's request as a :class:`HotCycle` (no ASGI); False for anything else, which uvicorn
         hands to the ASGI app as usual."""
         fast = self.fast
-        if fast is None or b"%" in self.url or self.parser.should_upgrade():
+        url = self.url
+        # An origin-form target without escapes or a fragment (what clients send): split here, not by parse_url.
+        if fast is None or url[:1] != b"/" or b"%" in url or b"#" in url or self.parser.should_upgrade():
             return False
         method = self.parser.get_method().decode("ascii")
-        parsed = httptools.parse_url(self.url)
-        path = parsed.path.decode("ascii")
+        raw_path, _, query = url.partition(b"?")
+        path = raw_path.decode("ascii")
         hot = route(method, path)
         if hot is None:
             return False
         http_version = self.parser.get_http_version()
-        scope = self.scope
-        scope["method"] = method
-        scope["path"] = path
-        if http_version != "1.1":
-            scope["http_version"] = http_version
+        scope: dict[str, Any] = {
+            "client": self.client,
+            "method": method,
+            "path": path,
+            "http_version": http_version,
+            "headers": self.headers,
+        }
         existing = self.cycle
         self.cycle = HotCycle(
             fast,
             hot,
             fast.body_limit(hot),
-            parsed.query or b"",
+            query,
             scope=scope,
+            client=self._client_text,
             transport=self.transport,
             flow=self.flow,
-            logger=self.logger,
             access_logger=self.access_logger,
             access_log=self.access_log,
             default_headers=self.server_state.default_headers,
-            message_event=asyncio.Event(),
             expect_100_continue=self.expect_100_continue,
             keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
             on_response=self.on_response_complete,
@@ -272,8 +289,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
         cycle = self.cycle
+        if type(cycle) is HotCycle:  # uvicorn's, without making the cycle's event if nothing waits on it
+            if not cycle.response_complete:
+                cycle.body_complete()
+        else:
+            super().on_message_complete()
         # Answered before the body was in (e.g. 413): on to the next head.
         if cycle is not None and cycle.response_complete:
             self._await_next_head()

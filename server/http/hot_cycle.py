@@ -12,6 +12,7 @@ handlers are the same functions FastAPI's routes call; the OpenAPI schema still 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,7 +21,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from server.errors import ApiError
-from server.http.fastpath import Declined, FastPath, Route, client_address, error_reply
+from server.http.fastpath import Declined, FastPath, Route, error_reply
 from server.messaging.forwarder import Reply
 from server.security.access import Principal
 from server.web import check_declared_length
@@ -31,23 +32,74 @@ log = logging.getLogger("talos.server")
 
 
 class HotCycle(RequestResponseCycle):
-    """A hot request's cycle: ``run_asgi`` ignores the ASGI app and answers through :class:`FastPath`."""
+    """A hot request's cycle: ``run_asgi`` ignores the ASGI app and answers through :class:`FastPath`.
 
-    def __init__(self, fast: FastPath, hot: Route, body_limit: int, raw_query: bytes, **uvicorn_cycle: Any) -> None:
-        super().__init__(**uvicorn_cycle)
+    It sets uvicorn's cycle attributes itself rather than through uvicorn's ``__init__``, and makes the
+    ``asyncio.Event`` only if something waits for the body (a produce answered without a task never does)."""
+
+    def __init__(
+        self,
+        fast: FastPath,
+        hot: Route,
+        body_limit: int,
+        raw_query: bytes,
+        *,
+        scope: dict[str, Any],
+        client: str | None,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        access_logger: logging.Logger,
+        access_log: bool,
+        default_headers: list[tuple[bytes, bytes]],
+        expect_100_continue: bool,
+        keep_alive: bool,
+        on_response: Callable[[], None],
+    ) -> None:
+        self.scope = scope  # type: ignore[assignment]  # the few keys this cycle and the access log read
+        self.transport = transport
+        self.flow = flow
+        self.logger = log
+        self.access_logger = access_logger
+        self.access_log = access_log
+        self.default_headers = default_headers
+        self.on_response = on_response
+        self._event: asyncio.Event | None = None
+        self.disconnected = False
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = expect_100_continue
+        self.body = bytearray()
+        self.more_body = True
+        self.response_started = False
+        self.response_complete = False
+        self.chunked_encoding = None
+        self.expected_content_length = 0
         self._fast = fast
         self._hot = hot
         self._body_limit = body_limit
         self._raw_query = raw_query
+        self._client = client
         self._declined: tuple[dict[str, str], Principal | None] | None = None
         # A produce waits for its whole body before anything runs: then :meth:`answer_now` may answer it without
         # a task (the protocol starts ``run_asgi`` only if it cannot, or if the body goes over the limit).
         # One that declares a body over the limit is refused at once, by ``run_asgi``.
-        self.deferred = (
-            hot.kind == "produce"
-            and not self.waiting_for_100_continue
-            and _declared(self.scope["headers"]) <= body_limit
-        )
+        self.deferred = hot.kind == "produce" and not expect_100_continue and _declared(scope["headers"]) <= body_limit
+
+    @property
+    def message_event(self) -> asyncio.Event:
+        """Set when the body is complete or over the limit, or the client went away (made when first used)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    @message_event.setter
+    def message_event(self, event: asyncio.Event) -> None:
+        self._event = event
+
+    def body_complete(self) -> None:
+        """The protocol read the last of the body: wake whoever waits for it (if anyone made the event)."""
+        self.more_body = False
+        if self._event is not None:
+            self._event.set()
 
     def take(self, chunk: bytes, flow: FlowControl) -> bool:
         """A chunk of the body, from the protocol; True once the body is over the limit. The handler is woken
@@ -65,7 +117,7 @@ class HotCycle(RequestResponseCycle):
         self.deferred = False
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
-            now = self._fast.answer_now(self._hot, headers, self.body, client=client_address(self.scope))
+            now = self._fast.answer_now(self._hot, headers, self.body, client=self._client)
         except Exception:
             log.exception("unexpected error in a hot request")
             now = _INTERNAL
@@ -100,7 +152,7 @@ class HotCycle(RequestResponseCycle):
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
                 principal = None
             try:
-                client = client_address(self.scope) if self._hot.kind == "produce" else None
+                client = self._client if self._hot.kind == "produce" else None
                 reply = await self._fast.answer(
                     self._hot, headers, self._raw_query, self._read_body, client=client, principal=principal
                 )
@@ -161,7 +213,8 @@ class HotCycle(RequestResponseCycle):
         else:  # a large fetch: no copy of the body
             self.transport.writelines([b"".join(head), reply.body])
         self.response_complete = True
-        self.message_event.set()
+        if self._event is not None:
+            self._event.set()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()

@@ -84,6 +84,9 @@ class Security:
     def state(self, state: SecurityState) -> None:
         self._state = state
         self._actions = {}
+        # Most deployments limit no rate at all: then :meth:`limited` answers without looking up any quota.
+        quotas = [tenant.quota for tenant in state.tenants.values()] + list(state.topic_quotas.values())
+        self._rates_limited = any(_limits_a_rate(quota) for quota in quotas)
 
     async def _io(self, function: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
@@ -288,6 +291,8 @@ class Security:
     def limited(self, tenant: str, topic: str, kind: str) -> bool:
         """Whether a limit of the tenant's or the topic's quota applies to a ``kind`` request: then :meth:`admit`
         charges it and may refuse it (no side effect here)."""
+        if not self._rates_limited:
+            return False
         resources = ("requests_per_s", _BYTES_RESOURCE.get(kind))
         return any(
             quota is not None and any(quota.get(r) is not None for r in resources if r is not None)
@@ -359,6 +364,10 @@ _ACTIONS_KEPT = 4096
 # A token whose id the security state does not hold: the state may be older than the token. (Compared by identity
 # and never handed out; its tenant name cannot exist, so it could grant nothing if it were.)
 _UNKNOWN = Principal("\x00unknown")
+
+
+def _limits_a_rate(quota: Quota | None) -> bool:
+    return quota is not None and any(quota.get(r) is not None for r in ("requests_per_s", *_BYTES_RESOURCE.values()))
 
 
 def _bearer(raw: str | None) -> str | None:

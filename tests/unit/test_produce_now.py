@@ -100,6 +100,25 @@ def test_what_needs_an_await_is_declined_and_nothing_is_stored_or_charged(tmp_pa
     _run(tmp_path, scenario)
 
 
+def test_whether_a_quota_applies_follows_every_change_of_the_state(tmp_path: Path) -> None:
+    """``Security.limited`` answers at once while no quota limits a rate, and looks again whenever the security
+    state is replaced: a rate set on a tenant or a topic applies to the next request, and stops when removed."""
+
+    async def scenario(broker: Broker) -> None:
+        security = broker.security
+        security.state = security.state.create_tenant("acme", 0).set_quota("acme", None, {"partitions": 4})
+        assert not security.limited("acme", "t", "produce")  # a partition limit is not a rate
+        security.state = security.state.set_quota(None, "t", {"produce_bytes_per_s": 1e6})
+        assert security.limited("acme", "t", "produce") and security.limited("other", "t", "produce")
+        assert not security.limited("acme", "t", "fetch") and not security.limited("acme", "u", "produce")
+        security.state = security.state.set_quota(None, "t", {"produce_bytes_per_s": None})
+        assert not security.limited("acme", "t", "produce")
+        security.state = security.state.set_quota("acme", None, {"requests_per_s": 10.0})
+        assert security.limited("acme", "u", "fetch") and not security.limited("other", "u", "fetch")
+
+    _run(tmp_path, scenario)
+
+
 def test_group_commit_off_declines(tmp_path: Path) -> None:
     async def scenario(broker: Broker) -> None:
         await produce_records(broker, ADMIN, "t", {0: [(0, _record(b"first"))]}, producer={}, durable=True)

@@ -450,7 +450,11 @@ class LoadedPartition:
                         raise self.abandoned
                     work = loop.run_in_executor(self._writes, self._flush, group.check_owner)
                     work.add_done_callback(_retrieve)  # if abandoned, its late end is nobody's business
-                    durable = await asyncio.wait_for(asyncio.shield(work), self._flush_timeout_s)
+                    # Awaited directly: wait_for(shield(...)) took three more passes of the event loop between the
+                    # sync and the answers. At the deadline the wait is cancelled; the flush thread is not (it
+                    # cannot be), and the partition is abandoned either way.
+                    async with asyncio.timeout(self._flush_timeout_s):
+                        durable = await work
                 except TimeoutError:
                     self.abandoned = StorageError(f"a flush took over {self._flush_timeout_s:.0f}s; reloading")
                     log.error("%s/%d: %s", self.topic, self.index, self.abandoned)

@@ -222,6 +222,31 @@ def test_a_resend_waits_for_the_flush_of_its_original_and_gets_its_offsets(
     asyncio.run(scenario())
 
 
+def test_a_flush_past_its_deadline_abandons_the_partition_and_answers_everyone_retriable(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    """A flush the storage holds past ``flush_timeout_s``: the write inside it and the one queued behind it are
+    answered 503 (retriable) at the deadline, not when the storage comes back, and the partition takes nothing
+    more (the server reloads it); the held flush, let go later, changes none of those answers."""
+
+    async def scenario() -> None:
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        partition._flush_timeout_s = 0.3
+        flushing, queued = await _one_in_a_held_flush(partition, gated, b"in the held flush", b"queued")
+        for waiter in (flushing, queued):
+            with pytest.raises(ApiError) as refused:
+                await asyncio.wait_for(waiter, 5)
+            assert (refused.value.status, refused.value.retriable) == (503, True)
+            assert "a flush took over" in refused.value.message
+        assert partition.abandoned is not None
+        with pytest.raises(ApiError):
+            await partition.produce(_batch(b"after"))
+        gated.gate.set()
+        await _until(lambda: gated.syncs == 1)  # the held flush ends in its thread; nobody waits for it
+
+    asyncio.run(scenario())
+
+
 def test_abandoning_a_partition_answers_a_stuck_flush_and_its_queue_at_once_as_moved(
     tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
 ) -> None:

@@ -12,7 +12,10 @@
 3. Single-message produce latency: one message at a time, each waited for (confluent ``produce`` + ``flush``;
    SDK ``send().result()`` with ``linger_ms=0``): p50, p99.
 4. The record format decision (no server): converting a 100-record batch each way against checking its CRC only.
-5. The server's CPU per request: its process CPU time (``/proc/<pid>/stat``) over each phase, divided by the
+5. The Kafka produce against the disk: raw ``write`` + ``fdatasync`` of the same bytes in 1 MiB buffers in
+   the same directory, just before and just after the Kafka produce (``produce_kafka_over_raw``: the Kafka
+   produce's MiB/s over the mean of the two).
+6. The server's CPU per request: its process CPU time (``/proc/<pid>/stat``) over each phase, divided by the
    requests it answered (``talos_kafka_requests`` for Kafka; the SDK's HTTP requests are its batches). With
    ``--profile``, py-spy samples the server during the Kafka produce and consume phases and the report says
    where the event loop's time goes (codec, record conversion, handlers, the log, the rest); sampling slows
@@ -39,6 +42,8 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
 
+from fencing import open_storage
+from fencing.bench import MIB, make_batches, raw_run
 from server.devservices import StandaloneServer, free_port
 from talos import Admin, Consumer, Producer
 
@@ -214,6 +219,18 @@ def rest_latency(url: str, topic: str, count: int) -> list[float]:
     return samples
 
 
+def raw_mib_s(directory: Path, total: int) -> float:
+    """Raw ``write`` + ``fdatasync`` of ``total`` bytes in 1 MiB buffers on the server's disk: what the disk
+    does at its best, for the Kafka produce to be measured against in the same run."""
+    fs, root = open_storage(str(directory))
+    fs.mkdirs(root)
+    started = time.perf_counter()
+    written = raw_run(fs, f"{root}/raw", make_batches(8), total)
+    seconds = time.perf_counter() - started
+    fs.delete(f"{root}/raw")
+    return written / MIB / seconds
+
+
 def conversion(rounds: int = 200) -> dict[str, Any]:
     """The record format decision: converting a 100-record batch of 1 KiB values each way, against checking its
     CRC only (the least that storing Kafka batches natively would cost on produce)."""
@@ -284,6 +301,7 @@ def main() -> None:
                 ("consume_kafka", lambda: kafka_consume(bootstrap, "via-kafka", args.messages), "Fetch"),
                 ("consume_rest", lambda: rest_consume(url, "via-rest", args.messages), None),
             ]
+            raw_rates = [raw_mib_s(Path(tmp) / "raw", args.messages * len(VALUE))]
             for name, run, api in runs:
                 before = _kafka_requests(url, api) if api else 0.0
                 profile = _profiled(pid, args.profile and api is not None, Path(tmp) / f"{name}.txt")
@@ -301,6 +319,11 @@ def main() -> None:
                 if profile is not None:
                     entry["profile"] = _listener_share(Path(tmp) / f"{name}.txt")
                 report[name] = entry
+                if name == "produce_kafka":  # raw runs on both sides of it: the disk's rate moves between runs
+                    raw_rates.append(raw_mib_s(Path(tmp) / "raw", args.messages * len(VALUE)))
+            kafka_mib_s = report["produce_kafka"]["msgs_per_s"] * len(VALUE) / MIB
+            report["raw_mib_s"] = [round(rate) for rate in raw_rates]
+            report["produce_kafka_over_raw"] = round(kafka_mib_s / statistics.mean(raw_rates), 2)
             for side in ("produce", "produce_idempotent", "consume"):
                 kafka = "produce_kafka_idempotent" if side == "produce_idempotent" else f"{side}_kafka"
                 rest = "produce_rest_idempotent" if side == "produce_idempotent" else f"{side}_rest"

@@ -25,6 +25,7 @@ from server.errors import ApiError
 from server.groups.coordinator import GroupCoordinator
 from server.kafka import admin, configs, fetch, groups, produce, topics, txn
 from server.kafka.context import Context
+from server.kafka.frames import frame_reader_protocol
 from server.kafka.group_state import Memberships
 from server.kafka.protocol import (
     API_NAMES,
@@ -120,7 +121,10 @@ class KafkaListener:
 
     async def start(self) -> None:
         config = self._broker.config
-        self._server = await asyncio.start_server(self._serve, config.host, config.kafka_port, limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: frame_reader_protocol(self._serve, limit=1 << 20), config.host, config.kafka_port
+        )
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
         log.info("kafka listener on %s:%d (advertised %s)", config.host, config.kafka_port, config.kafka_address)
 

@@ -234,7 +234,9 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
 
     The Talos ``max_timestamp`` is computed from the records, as the Kafka broker does, not taken from the
     producer. Bytes after the last whole batch are refused (a producer sends whole batches)."""
-    data = records if isinstance(records, bytes | bytearray) else bytes(records)
+    # A view of the request (the listener's frame) is read as it is: only the Python conversion, if it is
+    # needed, copies it (_kafka_records).
+    data = records
     view = memoryview(data)
     end = len(data)
     pos = 0
@@ -295,7 +297,9 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
 COMPILED = True  # the tests turn the compiled conversion off to check the Python one against it
 
 
-def _kafka_records(buf: _Bytes, pos: int, end: int, count: int, out: bytearray, base_timestamp: int) -> int:
+def _kafka_records(
+    buf: _Bytes | memoryview, pos: int, end: int, count: int, out: bytearray, base_timestamp: int
+) -> int:
     """Append the Talos form of the ``count`` Kafka records filling ``buf[pos:end]`` to ``out``; return the
     largest timestamp."""
     if count > (end - pos) // _KAFKA_MIN_RECORD:
@@ -307,6 +311,8 @@ def _kafka_records(buf: _Bytes, pos: int, end: int, count: int, out: bytearray, 
             if base_timestamp + low >= _MIN_INT64 and base_timestamp + high <= _MAX_INT64:
                 out += records
                 return base_timestamp + high
+    if isinstance(buf, memoryview):
+        buf = buf.tobytes()  # the Python paths index and slice bytes
     if _codec.SPEEDUPS:
         mark = len(out)
         found = _kafka_records_plain(buf, pos, end, count, out, base_timestamp)

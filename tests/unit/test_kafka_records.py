@@ -515,6 +515,20 @@ def test_any_records_round_trip(records: list[KafkaRecord], codec: int) -> None:
 
 
 @SETTINGS
+@given(kafka_records, st.sampled_from(ALL_CODECS), st.binary(max_size=20))
+def test_a_view_into_a_larger_frame_converts_as_its_bytes_do(
+    records: list[KafkaRecord], codec: int, around: bytes
+) -> None:
+    """The listener hands the records as a view into the request frame: read as it is (no copy) by the compiled
+    conversion, copied for the Python ones; the same batches either way, and the frame is left as it was."""
+    batch = bytes(kafka_batch(records, codec=codec, producer=(9, 9, 9)))
+    frame = around + batch + around
+    view = memoryview(frame)[len(around) : len(around) + len(batch)]
+    assert kafka_to_talos(view) == kafka_to_talos(batch)
+    assert frame == around + batch + around
+
+
+@SETTINGS
 @given(
     kafka_records,
     st.booleans(),

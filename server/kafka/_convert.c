@@ -5,7 +5,8 @@
  * same records in Talos's layout and the lowest and highest timestamp delta; or None when the records are
  * not the common case (a header, a varint longer than Kafka writes, an offset delta other than the record's
  * index) or are damaged in any way, for the Python conversion (_kafka_records_careful) to convert or explain.
- * It never raises for bad input: None is its only answer to it.
+ * It never raises for bad input: None is its only answer to it. With a fifth argument `reserve`, the records
+ * come as a bytearray after that many zero bytes: the Talos batch itself, once its header is written in.
  *
  * Kafka record: varint length, int8 attributes, varlong timestamp delta, varint offset delta, varint key
  * length (-1: null) + key, varint value length (-1: null) + value, varint header count (here 0), all
@@ -172,19 +173,25 @@ to_kafka(const uint8_t *p, const uint8_t *stop, Py_ssize_t count, uint8_t *out, 
 
 typedef Py_ssize_t (*converter)(const uint8_t *, const uint8_t *, Py_ssize_t, uint8_t *, int64_t *, int64_t *);
 
-/* (buf, pos, end, count) → (records, low, high) through `convert`, or None; `extra`: output bytes per record
- * beyond the input's. */
+/* (buf, pos, end, count[, reserve]) → (records, low, high) through `convert`, or None; `extra`: output bytes
+ * per record beyond the input's. With `reserve` > 0 the records come as a bytearray after `reserve` zero bytes
+ * (room for the batch header the caller writes), so the caller need not copy them into its batch. */
 static PyObject *
 run(PyObject *const *args, Py_ssize_t nargs, const char *usage, converter convert, Py_ssize_t extra)
 {
-    if (nargs != 4) {
+    if (nargs != 4 && nargs != 5) {
         PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     Py_ssize_t end = PyLong_AsSsize_t(args[2]);
     Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t reserve = nargs == 5 ? PyLong_AsSsize_t(args[4]) : 0;
     if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (reserve < 0 || reserve > 4096) {
+        PyErr_SetString(PyExc_ValueError, "reserve must be 0..4096");
         return NULL;
     }
     Py_buffer view;
@@ -198,15 +205,22 @@ run(PyObject *const *args, Py_ssize_t nargs, const char *usage, converter conver
         result = Py_NewRef(Py_None);
         goto done;
     }
-    out = PyBytes_FromStringAndSize(NULL, (end - pos) + count * extra);
+    Py_ssize_t room = (end - pos) + count * extra;
+    out = reserve ? PyByteArray_FromStringAndSize(NULL, reserve + room) : PyBytes_FromStringAndSize(NULL, room);
     if (out == NULL) {
         goto done;
     }
+    uint8_t *dst = (uint8_t *)(reserve ? PyByteArray_AS_STRING(out) : PyBytes_AS_STRING(out));
     int64_t low = INT64_MAX, high = INT64_MIN;
     const uint8_t *p = (const uint8_t *)view.buf + pos;
-    Py_ssize_t written = convert(p, p + (end - pos), count, (uint8_t *)PyBytes_AS_STRING(out), &low, &high);
+    Py_ssize_t written = convert(p, p + (end - pos), count, dst + reserve, &low, &high);
     if (written < 0) {
         result = Py_NewRef(Py_None);
+    } else if (reserve) {
+        memset(dst, 0, (size_t)reserve);
+        if (PyByteArray_Resize(out, reserve + written) == 0) {
+            result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
+        }
     } else if (_PyBytes_Resize(&out, written) == 0) { /* (on failure it frees out and sets it NULL) */
         result = Py_BuildValue("(OLL)", out, (long long)low, (long long)high);
     }
@@ -220,14 +234,14 @@ static PyObject *
 kafka_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    return run(args, nargs, "kafka_records_plain(buf, pos, end, count)", from_kafka, 0);
+    return run(args, nargs, "kafka_records_plain(buf, pos, end, count[, reserve])", from_kafka, 0);
 }
 
 static PyObject *
 talos_records_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    return run(args, nargs, "talos_records_plain(buf, pos, end, count)", to_kafka, 11);
+    return run(args, nargs, "talos_records_plain(buf, pos, end, count[, reserve])", to_kafka, 11);
 }
 
 static PyMethodDef methods[] = {

@@ -55,17 +55,32 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from operator import attrgetter
+from typing import Protocol, overload
 
 import crc32c as _crc32c
 
 from talos import _codec
+from talos._codec import Buffer
 from talos._compression import MAX_DECOMPRESSED_SIZE, Codec, compress, decompress
 from talos._errors import BatchError, CorruptBatchError, TruncatedBatchError
 
 __all__ = ["KafkaRecordError", "kafka_to_talos", "talos_to_kafka"]
 
 _Compiled = Callable[[bytes | bytearray | memoryview, int, int, int], "tuple[bytes, int, int] | None"]
-_compiled_plain: _Compiled | None
+
+
+class _CompiledToTalos(Protocol):
+    """``_convert.kafka_records_plain``: with a ``reserve``, the records in a bytearray after that much room."""
+
+    @overload
+    def __call__(self, buf: Buffer, pos: int, end: int, count: int, /) -> tuple[bytes, int, int] | None: ...
+    @overload
+    def __call__(
+        self, buf: Buffer, pos: int, end: int, count: int, reserve: int, /
+    ) -> tuple[bytearray, int, int] | None: ...
+
+
+_compiled_plain: _CompiledToTalos | None
 _compiled_back: _Compiled | None
 try:  # the compiled common cases (server/kafka/_convert.c); without a C compiler, the Python loops below
     from server.kafka import _convert
@@ -272,8 +287,8 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
         if attributes & _TRANSACTIONAL and producer_id < 0:
             raise KafkaRecordError(_INVALID_REQUEST, "a transactional batch without a producer id")
         start = pos + _KAFKA_HEADER_SIZE
-        batch = bytearray(_TALOS_HEADER_SIZE)
         if codec:
+            batch = bytearray(_TALOS_HEADER_SIZE)
             if count > max_decompressed // _KAFKA_MIN_RECORD:
                 raise _corrupt(f"{count} records cannot fit in {max_decompressed} bytes")
             section = _decompress(codec, view[start:batch_end], max_decompressed)
@@ -281,7 +296,7 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
             max_timestamp = _kafka_records(section, 0, len(section), count, plain, base_timestamp)
             batch += compress(codec, bytes(plain))  # (its LZ4 takes no bytearray)
         else:
-            max_timestamp = _kafka_records(data, start, batch_end, count, batch, base_timestamp)
+            batch, max_timestamp = _kafka_batch(data, start, batch_end, count, base_timestamp)
         if len(batch) > _TALOS_MAX_LENGTH:
             raise KafkaRecordError(_MESSAGE_TOO_LARGE, f"{len(batch)} bytes, over a Talos batch's {_TALOS_MAX_LENGTH}")
         _TALOS_HEADER.pack_into(
@@ -295,6 +310,22 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
 
 
 COMPILED = True  # the tests turn the compiled conversion off to check the Python one against it
+
+
+def _kafka_batch(
+    buf: _Bytes | memoryview, pos: int, end: int, count: int, base_timestamp: int
+) -> tuple[bytearray, int]:
+    """A Talos batch (its header left zero for the caller) of the ``count`` uncompressed Kafka records filling
+    ``buf[pos:end]``, and their largest timestamp. The compiled conversion writes the records after the room
+    for the header, so they are not copied into the batch afterwards."""
+    if _compiled_plain is not None and COMPILED and count <= (end - pos) // _KAFKA_MIN_RECORD:
+        converted = _compiled_plain(buf, pos, end, count, _TALOS_HEADER_SIZE)
+        if converted is not None:
+            batch, low, high = converted
+            if base_timestamp + low >= _MIN_INT64 and base_timestamp + high <= _MAX_INT64:
+                return batch, base_timestamp + high
+    batch = bytearray(_TALOS_HEADER_SIZE)
+    return batch, _kafka_records(buf, pos, end, count, batch, base_timestamp)
 
 
 def _kafka_records(

@@ -335,6 +335,22 @@ def test_records_without_headers_take_the_compiled_path(
     assert got == expected(records)
 
 
+def test_the_compiled_conversion_can_leave_room_for_the_batch_header() -> None:
+    """With a ``reserve``, the same records come in a bytearray after that many zero bytes (the Talos batch, its
+    header written in afterwards: no copy of the records into it); refused past 4096; None stays None."""
+    from server.kafka import _convert
+
+    batch = bytes(kafka_batch([(BASE_TIMESTAMP + i, b"k%d" % i, b"v" * i, []) for i in range(5)]))
+    plain = _convert.kafka_records_plain(batch, 61, len(batch), 5)
+    room = _convert.kafka_records_plain(batch, 61, len(batch), 5, 61)
+    assert plain is not None and room is not None
+    assert isinstance(room[0], bytearray) and room[0][:61] == bytes(61) and room[0][61:] == plain[0]
+    assert room[1:] == plain[1:]
+    assert _convert.kafka_records_plain(batch, 61, len(batch) - 1, 5, 61) is None  # cut short
+    with pytest.raises(ValueError, match="reserve"):
+        _convert.kafka_records_plain(batch, 61, len(batch), 5, 4097)
+
+
 def test_nothing_and_only_a_partial_batch_give_nothing() -> None:
     assert kafka_to_talos(b"") == []
     assert talos_to_kafka(b"") == b""

@@ -84,6 +84,7 @@ class Security:
     def state(self, state: SecurityState) -> None:
         self._state = state
         self._actions = {}
+        self._principals: dict[str, Principal] = {}  # tokens verified against this state, and whose they are
         # Most deployments limit no rate at all: then :meth:`limited` answers without looking up any quota.
         quotas = [tenant.quota for tenant in state.tenants.values()] + list(state.topic_quotas.values())
         self._rates_limited = any(_limits_a_rate(quota) for quota in quotas)
@@ -205,6 +206,9 @@ class Security:
         id is not in the state (yet)."""
         if self._admin_token and hmac.compare_digest(token.encode(), self._admin_token.encode()):
             return Principal(None)
+        known = self._principals.get(token)
+        if known is not None:  # verified against this very state: the same answer again, without the hash
+            return known
         parsed = parse_token(token)
         if parsed is None:
             return None
@@ -213,8 +217,12 @@ class Security:
         if record is None:
             return _UNKNOWN
         if not verify(secret, record.hash):
-            return None
-        return Principal(record.tenant, record.id)
+            return None  # not kept: tokens that fail cost their hash each time, and no memory
+        principal = Principal(record.tenant, record.id)
+        if len(self._principals) >= _ACTIONS_KEPT:
+            self._principals = {}
+        self._principals[token] = principal
+        return principal
 
     # ---------------------------------------------------------------- authorization
 

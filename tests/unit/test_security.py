@@ -330,6 +330,29 @@ def test_authorization_answers_follow_every_change_of_the_state() -> None:
         security.authorize(globex, dataclasses.replace(orders, tenant="initech"), "consume")  # the name re-created
 
 
+def test_a_verified_token_is_known_until_the_state_changes_and_only_the_whole_token() -> None:
+    """A token's hash is checked once per security state: the same token is then known without it, a revocation
+    (a new state) makes it unknown at once, and a token with the same id but another secret is never taken for
+    it."""
+    security = Security(ServerConfig(auth="on", admin_token="admin-secret"), None, None, None)  # type: ignore[arg-type]
+    token, token_id, digest = new_token()
+    security.state = state_with("acme").add_token(TokenRecord(token_id, "acme", digest, "", 1))
+    bearer = {"authorization": f"Bearer {token}"}
+    first = security.authenticate_now(bearer)
+    assert first == Principal("acme", token_id)
+    assert security.authenticate_now(bearer) is first  # from what was verified
+    parsed = parse_token(token)
+    assert parsed is not None
+    secret = parsed[1]
+    forged = token[: -len(secret)] + "x" * len(secret)  # the same id, another secret
+    assert parse_token(forged) == (token_id, "x" * len(secret))
+    with pytest.raises(ApiError) as refused:
+        security.authenticate_now({"authorization": f"Bearer {forged}"})
+    assert refused.value.status == 401
+    security.state = security.state.revoke_token(token_id)
+    assert security.authenticate_now(bearer) is None  # unknown to this state: the full path re-reads, then 401
+
+
 def test_a_tenant_has_at_most_50_tokens_and_20_pending_requests() -> None:
     state = state_with("acme", "globex")
     for index in range(MAX_TOKENS_PER_TENANT):

@@ -18,7 +18,6 @@ from fencing import OffsetOutOfRangeError
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
-from server.messaging.admission import limited
 from server.messaging.authorization import authorize_message
 from server.messaging.forwarder import HOPS_HEADER, Reply
 from server.security.access import Principal
@@ -192,9 +191,9 @@ class FastPath:
     ) -> Reply | messages.PendingReply | Declined:
         """:meth:`answer` of a produce whose body is in, without an await: a refusal, or the produce appended to
         its partition's next flush (answered once that is durable). :class:`Declined` whenever an await is
-        needed (a token this server does not know yet, a partition to load or on another server, a quota, ...):
-        :meth:`answer` then does it all (given the principal found here, and the same headers), and nothing was
-        stored or charged."""
+        needed (a token this server does not know yet, a partition to load or on another server, a quota that
+        would hold the request, ...): :meth:`answer` then does it all (given the principal found here, and the
+        same headers), and nothing was stored or charged."""
         if hot.kind != "produce":
             return Declined(None)
         self._name_client(headers, client)
@@ -205,8 +204,8 @@ class FastPath:
                 return Declined(None)
             _name_tenant(headers, principal)
             caller = caller_of(headers)
-            if limited(broker, caller, hot.topic, hot.kind) or len(body) > self.body_limit(hot):
-                return Declined(principal)  # a quota to charge (which may hold the request), or a 413
+            if len(body) > self.body_limit(hot):
+                return Declined(principal)  # the task path answers 413
             authorize_message(broker, principal, hot.topic, hot.kind)
             now = messages.produce_now(broker, caller, hot.topic, hot.partition, headers.get("content-type"), body)
             return Declined(principal) if now is None else now

@@ -7,8 +7,9 @@ import time
 from server.broker import Broker
 from server.messaging.caller import Caller
 from server.security.buckets import TokenBucket
+from server.security.guard import NO_CHARGE, Charge
 
-__all__ = ["Metered", "admit", "limited"]
+__all__ = ["Metered", "admit", "admit_now"]
 
 
 def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBucket]:
@@ -20,9 +21,12 @@ def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBu
     return broker.security.admit(caller.billed, topic, kind)
 
 
-def limited(broker: Broker, caller: Caller, topic: str, kind: str) -> bool:
-    """Whether :func:`admit` would charge a quota for the request (no side effect)."""
-    return not _servers_own(caller, topic) and broker.security.limited(caller.billed, topic, kind)
+def admit_now(broker: Broker, caller: Caller, topic: str, kind: str, cost: int) -> Charge | None:
+    """:func:`admit` and the payment of ``cost`` bytes without an await (``Security.admit_now``): the charge, to
+    refund if the request is then not served; None, charging nothing, if paying would hold the request."""
+    if _servers_own(caller, topic):
+        return NO_CHARGE
+    return broker.security.admit_now(caller.billed, topic, kind, cost)
 
 
 def _servers_own(caller: Caller, topic: str) -> bool:

@@ -10,7 +10,7 @@ from server import metrics
 from server.broker import Broker, NotOwnerError
 from server.cluster import Owner
 from server.errors import ApiError
-from server.messaging.admission import Metered, admit, limited
+from server.messaging.admission import Metered, admit, admit_now
 from server.messaging.authorization import authorize_producers
 from server.messaging.caller import Caller
 from server.messaging.forwarder import BATCH_CONTENT_TYPE, answer_of, call_partition
@@ -176,17 +176,23 @@ def produce_records_now(
 ) -> PendingProduce | None:
     """:func:`produce_records` of one partition's plain records (no idempotent producer), durable, without an
     await: appended to the partition's next flush before this returns. None unless it is the common case that
-    needs no await (the partition loaded here and working, no quota to charge, group commit on, ...), and then
-    nothing was charged, metered or stored: :func:`produce_records` does it all."""
-    if limited(broker, caller, topic, "produce"):
-        return None
+    needs no await (the partition loaded here and working, group commit on, no quota that would hold the
+    request, ...), and then nothing was charged, metered or stored: :func:`produce_records` does it all. A quota
+    with room is charged here as ``admit`` and ``pay`` charge it; one in debt is the same 429."""
     loaded = broker.loaded_now(topic, partition)
     if loaded is None:
         return None
     batch = bytearray(encode_batch(records))
+    header = read_header(batch, whole=False)
+    if not loaded.takes_now(header):
+        return None
+    charge = admit_now(broker, caller, topic, "produce", len(batch))
+    if charge is None:
+        return None
     metered = Metered(broker, caller, topic, partition)
-    stored = loaded.produce_now(batch, read_header(batch, whole=False))
-    if stored is None:
+    stored = loaded.produce_now(batch, header)
+    if stored is None:  # the log refused the append: the full path answers why, and charges again
+        charge.refund()
         return None
     metered.sizes.update(bytes_in=len(batch), messages_in=len(records))
     return PendingProduce(broker, caller, stored, batch, metered)

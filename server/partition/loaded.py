@@ -330,20 +330,25 @@ class LoadedPartition:
         group.stored.append((base, end, batch))
         return base, end, group
 
-    def produce_now(self, batch: bytearray, header: BatchHeader) -> Stored | None:
-        """:meth:`produce` of a plain batch (no producer id, no transaction) that the server encoded itself,
-        without an await: the batch has its offsets when this returns, and ``Stored.durable`` resolves once its
-        group's flush is done. None whenever anything would need an await or an error answer (group commit
-        off, a compacted topic's key check, a failed log): :meth:`produce` then does it all, so nothing here
-        decides differently from it."""
-        if (
+    def takes_now(self, header: BatchHeader) -> bool:
+        """Whether :meth:`produce_now` would append a batch with this header (no side effect): a plain batch, group
+        commit on, no key check, a working log."""
+        return not (
             header.producer_id >= 0
             or header.transactional
             or header.control
             or not self._group_commit
             or self.keys_required
             or self.failed
-        ):
+        )
+
+    def produce_now(self, batch: bytearray, header: BatchHeader) -> Stored | None:
+        """:meth:`produce` of a plain batch (no producer id, no transaction) that the server encoded itself,
+        without an await: the batch has its offsets when this returns, and ``Stored.durable`` resolves once its
+        group's flush is done. None whenever anything would need an await or an error answer (group commit
+        off, a compacted topic's key check, a failed log): :meth:`produce` then does it all, so nothing here
+        decides differently from it."""
+        if not self.takes_now(header):
             return None
         try:
             base, end, group = self._append(header, batch, False)

@@ -45,6 +45,16 @@ class TokenBucket:
         self._refill(now)
         self.tokens -= cost
 
+    def wait_after(self, cost: float, now: float) -> float:
+        """:meth:`wait` as it would be after charging ``cost`` (nothing charged)."""
+        self._refill(now)
+        wait = (cost - self.tokens) / self.rate
+        return wait if wait > 1e-6 else 0.0
+
+    def refund(self, cost: float) -> None:
+        """Give back what a :meth:`charge` took for a request that was then not served (up to the burst)."""
+        self.tokens = min(self.rate if self.burst is None else self.burst, self.tokens + cost)
+
     def retune(self, rate: float) -> None:
         """A changed limit: keep the debt (or credit, capped to the new burst)."""
         self.rate = rate

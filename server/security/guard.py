@@ -27,7 +27,17 @@ from server.security.store import SecurityStore
 from server.security.tokens import parse_token, verify
 from server.topics import TopicConfig, unknown_topic
 
-__all__ = ["MAX_HOLD_S", "RELOAD_WAIT_S", "Security", "Topology", "allowance", "pay", "unauthenticated"]
+__all__ = [
+    "MAX_HOLD_S",
+    "RELOAD_WAIT_S",
+    "NO_CHARGE",
+    "Charge",
+    "Security",
+    "Topology",
+    "allowance",
+    "pay",
+    "unauthenticated",
+]
 
 log = logging.getLogger("talos.security")
 T = TypeVar("T")
@@ -85,7 +95,7 @@ class Security:
         self._state = state
         self._actions = {}
         self._principals: dict[str, Principal] = {}  # tokens verified against this state, and whose they are
-        # Most deployments limit no rate at all: then :meth:`limited` answers without looking up any quota.
+        # Most deployments limit no rate at all: then :meth:`admit_now` answers without looking up any quota.
         quotas = [tenant.quota for tenant in state.tenants.values()] + list(state.topic_quotas.values())
         self._rates_limited = any(_limits_a_rate(quota) for quota in quotas)
 
@@ -296,17 +306,6 @@ class Security:
             bucket.retune(rate)
         return bucket
 
-    def limited(self, tenant: str, topic: str, kind: str) -> bool:
-        """Whether a limit of the tenant's or the topic's quota applies to a ``kind`` request: then :meth:`admit`
-        charges it and may refuse it (no side effect here)."""
-        if not self._rates_limited:
-            return False
-        resources = ("requests_per_s", _BYTES_RESOURCE.get(kind))
-        return any(
-            quota is not None and any(quota.get(r) is not None for r in resources if r is not None)
-            for quota in self._quotas(tenant, topic)
-        )
-
     def _quotas(self, tenant: str, topic: str) -> tuple[Quota | None, Quota | None]:
         state = self.state
         tenant_entry = state.tenants.get(tenant)
@@ -315,10 +314,32 @@ class Security:
     def admit(self, tenant: str, topic: str, kind: str) -> list[TokenBucket]:
         """Raise 429 if the tenant or the topic is over a rate quota; else charge the request and return
         the byte buckets to :func:`pay` with the request's size once it is known."""
+        now = time.monotonic()
+        requests, sized = self._admission(tenant, topic, kind, now)
+        for bucket in requests:
+            bucket.charge(1, now)
+        return sized
+
+    def admit_now(self, tenant: str, topic: str, kind: str, cost: int) -> Charge | None:
+        """:meth:`admit` and then :func:`pay` of ``cost``, without an await: the charge made (empty if no quota
+        applies), or None, charging nothing, if paying would hold the request (the task path then admits, pays
+        and holds it). Raises 429 as :meth:`admit` does."""
+        if not self._rates_limited:
+            return NO_CHARGE
+        now = time.monotonic()
+        requests, sized = self._admission(tenant, topic, kind, now)
+        if any(bucket.wait_after(cost, now) > 0 for bucket in sized):
+            return None
+        charged = [(bucket, 1) for bucket in requests] + [(bucket, cost) for bucket in sized]
+        for bucket, amount in charged:
+            bucket.charge(amount, now)
+        return Charge(charged)
+
+    def _admission(self, tenant: str, topic: str, kind: str, now: float) -> tuple[list[TokenBucket], list[TokenBucket]]:
+        """The request buckets and the byte buckets of the quotas that apply; 429 if any of them is in debt."""
         tenant_quota, topic_quota = self._quotas(tenant, topic)
         if tenant_quota is None and topic_quota is None:
-            return []
-        now = time.monotonic()
+            return [], []
         wait = 0.0
         limited_by = ""
         limit_key = ("", "")
@@ -342,9 +363,23 @@ class Security:
         if wait > 0:
             metrics.throttled(*limit_key)
             raise _too_many("QUOTA_EXCEEDED", f"over the quota ({limited_by}); retry in {wait:.3f} s", wait)
-        for bucket in requests:
-            bucket.charge(1, now)
-        return sized
+        return requests, sized
+
+
+class Charge:
+    """What :meth:`Security.admit_now` took from which buckets, to give back if the request is then not served."""
+
+    __slots__ = ("_charged",)
+
+    def __init__(self, charged: list[tuple[TokenBucket, int]]) -> None:
+        self._charged = charged
+
+    def refund(self) -> None:
+        for bucket, amount in self._charged:
+            bucket.refund(amount)
+
+
+NO_CHARGE = Charge([])
 
 
 def _too_many(code: str, message: str, wait: float) -> ApiError:

@@ -1,9 +1,9 @@
 """Produce without an await (``produce_records_now``, ``LoadedPartition.produce_now``), against a real standalone
 broker on a temporary directory: the common single-message produce is appended before the call returns and
-answered once its group is durable, as ``produce_records`` answers it; everything that needs an await (a
-partition to load, a quota to charge, a compacted topic's key check, an idempotent producer) is declined with
-nothing stored or charged, so the full path decides it; and a failed flush reaches the pending produce as the
-retriable error a waiting request gets."""
+answered once its group is durable, as ``produce_records`` answers it; a quota with room is charged as the full
+path charges it; everything that needs an await (a partition to load, a quota that would hold the request, a
+compacted topic's key check, an idempotent producer) is declined with nothing stored or charged, so the full path
+decides it; and a failed flush reaches the pending produce as the retriable error a waiting request gets."""
 
 from __future__ import annotations
 
@@ -74,18 +74,23 @@ def test_what_needs_an_await_is_declined_and_nothing_is_stored_or_charged(tmp_pa
         assert loaded is not None
         end = loaded.log.next_offset
 
-        # A quota applies to the tenant: admission charges it, and may hold the request.
-        state = broker.security.state.create_tenant("acme", 0).create_tenant("fetcher", 0).create_tenant("free", 0)
-        state = state.set_quota("acme", None, {"requests_per_s": 1000.0})
+        # A quota that would hold the request (its bytes would put the bucket in debt): the full path holds it.
+        state = broker.security.state.create_tenant("tight", 0).create_tenant("fetcher", 0).create_tenant("free", 0)
+        state = state.set_quota("tight", None, {"produce_bytes_per_s": 1000.0})
         broker.security.state = state.set_quota("fetcher", None, {"fetch_bytes_per_s": 1000.0})
-        assert produce_records_now(broker, Caller(tenant="acme"), "t", 0, [_record(b"x")]) is None
-        assert broker.security.limited("acme", "t", "produce")
-        assert not broker.security._buckets  # nothing was charged
-        # A tenant without a quota, or with a limit on fetches only, is not held: the produce is appended.
+        tight = Caller(tenant="tight")
+        assert produce_records_now(broker, tight, "t", 0, [_record(b"room")]) is not None  # room: charged here
+        end += 1
+        sized = broker.security._buckets[("tenant", "tight", "produce_bytes_per_s")]
+        sized.tokens = 10.0  # less than the next batch
+        assert produce_records_now(broker, tight, "t", 0, [_record(b"x")]) is None
+        assert sized.tokens == pytest.approx(10.0, abs=1.0)  # nothing was charged
+        # A tenant without a quota, or with a limit on fetches only, is appended and charged nothing.
+        charged = {key: bucket.tokens for key, bucket in broker.security._buckets.items()}
         for tenant in ("free", "fetcher"):
-            assert not broker.security.limited(tenant, "t", "produce")
             assert produce_records_now(broker, Caller(tenant=tenant), "t", 0, [_record(b"y")]) is not None
             end += 1
+        assert {key: bucket.tokens for key, bucket in broker.security._buckets.items()} == charged
 
         # An idempotent producer's batch: its sequence and epoch are checked on the full path.
         batch = bytearray(encode_batch([_record(b"z")], producer_id=7, producer_epoch=0, base_sequence=0))
@@ -100,21 +105,52 @@ def test_what_needs_an_await_is_declined_and_nothing_is_stored_or_charged(tmp_pa
     _run(tmp_path, scenario)
 
 
-def test_whether_a_quota_applies_follows_every_change_of_the_state(tmp_path: Path) -> None:
-    """``Security.limited`` answers at once while no quota limits a rate, and looks again whenever the security
-    state is replaced: a rate set on a tenant or a topic applies to the next request, and stops when removed."""
+def test_a_quota_with_room_is_charged_here_and_refunded_if_the_log_refuses(tmp_path: Path) -> None:
+    """A quota whose buckets have room is charged without an await: the request once and its bytes, exactly as
+    ``admit`` and ``pay`` charge them; a bucket in debt is a 429 with nothing stored; a batch the log then
+    refuses gets its charge back; and whether any rate applies is looked at again whenever the state changes."""
 
     async def scenario(broker: Broker) -> None:
+        await produce_records(broker, ADMIN, "t", {0: [(0, _record(b"first"))]}, producer={}, durable=True)
+        loaded = broker.loaded_now("t", 0)
+        assert loaded is not None
         security = broker.security
         security.state = security.state.create_tenant("acme", 0).set_quota("acme", None, {"partitions": 4})
-        assert not security.limited("acme", "t", "produce")  # a partition limit is not a rate
-        security.state = security.state.set_quota(None, "t", {"produce_bytes_per_s": 1e6})
-        assert security.limited("acme", "t", "produce") and security.limited("other", "t", "produce")
-        assert not security.limited("acme", "t", "fetch") and not security.limited("acme", "u", "produce")
-        security.state = security.state.set_quota(None, "t", {"produce_bytes_per_s": None})
-        assert not security.limited("acme", "t", "produce")
-        security.state = security.state.set_quota("acme", None, {"requests_per_s": 10.0})
-        assert security.limited("acme", "u", "fetch") and not security.limited("other", "u", "fetch")
+        acme = Caller(tenant="acme")
+        assert produce_records_now(broker, acme, "t", 0, [_record(b"a")]) is not None
+        assert not security._buckets  # a partition limit is not a rate: no bucket at all
+
+        security.state = security.state.set_quota("acme", None, {"requests_per_s": 100.0, "produce_bytes_per_s": 1e6})
+        pending = produce_records_now(broker, acme, "t", 0, [_record(b"b")])
+        assert pending is not None
+        requests = security._buckets[("tenant", "acme", "requests_per_s")]
+        sized = security._buckets[("tenant", "acme", "produce_bytes_per_s")]
+        assert requests.rate - requests.tokens == pytest.approx(1, abs=0.01)
+        assert sized.rate - sized.tokens == pytest.approx(len(encode_batch([_record(b"b")])), abs=0.5)
+
+        end = loaded.log.next_offset
+        requests.tokens = -50.0  # in debt: refused, nothing stored
+        with pytest.raises(ApiError) as refused:
+            produce_records_now(broker, acme, "t", 0, [_record(b"c")])
+        assert (refused.value.status, refused.value.retriable) == (429, True)
+        assert loaded.log.next_offset == end
+
+        requests.tokens, sized.tokens = 100.0, 1e6
+        broken = loaded.log.append
+
+        def refuse(*_: object, **__: object) -> tuple[int, int]:
+            raise StorageError("append refused (test)")
+
+        loaded.log.append = refuse  # type: ignore[method-assign]
+        assert produce_records_now(broker, acme, "t", 0, [_record(b"d")]) is None
+        loaded.log.append = broken  # type: ignore[method-assign]
+        assert (requests.tokens, sized.tokens) == (pytest.approx(100.0), pytest.approx(1e6))  # given back
+
+        security.state = security.state.set_quota("acme", None, {"requests_per_s": None, "produce_bytes_per_s": None})
+        before = dict(security._buckets)
+        assert produce_records_now(broker, acme, "t", 0, [_record(b"e")]) is not None
+        assert (requests.tokens, sized.tokens) == (pytest.approx(100.0), pytest.approx(1e6))  # no rate: no charge
+        assert security._buckets == before
 
     _run(tmp_path, scenario)
 

@@ -96,9 +96,12 @@ class HotCycle(RequestResponseCycle):
         self._event = event
 
     def body_complete(self) -> None:
-        """The protocol read the last of the body: wake whoever waits for it (if anyone made the event)."""
+        """The protocol read the last of the body: wake whoever waits for it."""
         self.more_body = False
-        if self._event is not None:
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._event is not None:  # nobody made it: nobody waits
             self._event.set()
 
     def take(self, chunk: bytes, flow: FlowControl) -> bool:
@@ -213,8 +216,7 @@ class HotCycle(RequestResponseCycle):
         else:  # a large fetch: no copy of the body
             self.transport.writelines([b"".join(head), reply.body])
         self.response_complete = True
-        if self._event is not None:
-            self._event.set()
+        self._wake()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = ["FrameReader", "frame_reader_protocol"]
@@ -102,7 +103,7 @@ class FrameReader(asyncio.StreamReader):
 
 
 def frame_reader_protocol(
-    serve: asyncio.streams._ClientConnectedCallback, *, limit: int
+    serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]], *, limit: int
 ) -> asyncio.StreamReaderProtocol:
     """What ``asyncio.start_server`` makes per connection, with a :class:`FrameReader` (for ``create_server``)."""
     loop = asyncio.get_running_loop()

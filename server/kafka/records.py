@@ -55,7 +55,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Protocol, overload
 
 import crc32c as _crc32c
 
@@ -67,19 +66,8 @@ from talos._errors import BatchError, CorruptBatchError, TruncatedBatchError
 __all__ = ["KafkaRecordError", "kafka_to_talos", "talos_to_kafka"]
 
 _Compiled = Callable[[bytes | bytearray | memoryview, int, int, int], "tuple[bytes, int, int] | None"]
-
-
-class _CompiledToTalos(Protocol):
-    """``_convert.kafka_records_plain``: with a ``reserve``, the records in a bytearray after that much room."""
-
-    @overload
-    def __call__(self, buf: Buffer, pos: int, end: int, count: int, /) -> tuple[bytes, int, int] | None: ...
-    @overload
-    def __call__(
-        self, buf: Buffer, pos: int, end: int, count: int, reserve: int, /
-    ) -> tuple[bytearray, int, int] | None: ...
-
-
+# ``_convert.kafka_records_plain`` with a ``reserve``: the records in a bytearray after that much room.
+_CompiledToTalos = Callable[[Buffer, int, int, int, int], "tuple[bytearray, int, int] | None"]
 _compiled_plain: _CompiledToTalos | None
 _compiled_back: _Compiled | None
 try:  # the compiled common cases (server/kafka/_convert.c); without a C compiler, the Python loops below
@@ -250,7 +238,7 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
     The Talos ``max_timestamp`` is computed from the records, as the Kafka broker does, not taken from the
     producer. Bytes after the last whole batch are refused (a producer sends whole batches)."""
     # A view of the request (the listener's frame) is read as it is: only the Python conversion, if it is
-    # needed, copies it (_kafka_records).
+    # needed, copies it (_kafka_batch).
     data = records
     view = memoryview(data)
     end = len(data)
@@ -288,13 +276,12 @@ def kafka_to_talos(records: bytes | memoryview, *, max_decompressed: int = MAX_D
             raise KafkaRecordError(_INVALID_REQUEST, "a transactional batch without a producer id")
         start = pos + _KAFKA_HEADER_SIZE
         if codec:
-            batch = bytearray(_TALOS_HEADER_SIZE)
             if count > max_decompressed // _KAFKA_MIN_RECORD:
                 raise _corrupt(f"{count} records cannot fit in {max_decompressed} bytes")
             section = _decompress(codec, view[start:batch_end], max_decompressed)
-            plain = bytearray()
-            max_timestamp = _kafka_records(section, 0, len(section), count, plain, base_timestamp)
-            batch += compress(codec, bytes(plain))  # (its LZ4 takes no bytearray)
+            plain, max_timestamp = _kafka_batch(section, 0, len(section), count, base_timestamp)
+            batch = bytearray(_TALOS_HEADER_SIZE)
+            batch += compress(codec, bytes(memoryview(plain)[_TALOS_HEADER_SIZE:]))  # (its LZ4 takes no bytearray)
         else:
             batch, max_timestamp = _kafka_batch(data, start, batch_end, count, base_timestamp)
         if len(batch) > _TALOS_MAX_LENGTH:
@@ -318,42 +305,26 @@ def _kafka_batch(
     """A Talos batch (its header left zero for the caller) of the ``count`` uncompressed Kafka records filling
     ``buf[pos:end]``, and their largest timestamp. The compiled conversion writes the records after the room
     for the header, so they are not copied into the batch afterwards."""
-    if _compiled_plain is not None and COMPILED and count <= (end - pos) // _KAFKA_MIN_RECORD:
+    if count > (end - pos) // _KAFKA_MIN_RECORD:
+        raise _corrupt(f"records count {count} cannot fit in {end - pos} bytes")
+    if _compiled_plain is not None and COMPILED:
         converted = _compiled_plain(buf, pos, end, count, _TALOS_HEADER_SIZE)
         if converted is not None:
             batch, low, high = converted
             if base_timestamp + low >= _MIN_INT64 and base_timestamp + high <= _MAX_INT64:
                 return batch, base_timestamp + high
-    batch = bytearray(_TALOS_HEADER_SIZE)
-    return batch, _kafka_records(buf, pos, end, count, batch, base_timestamp)
-
-
-def _kafka_records(
-    buf: _Bytes | memoryview, pos: int, end: int, count: int, out: bytearray, base_timestamp: int
-) -> int:
-    """Append the Talos form of the ``count`` Kafka records filling ``buf[pos:end]`` to ``out``; return the
-    largest timestamp."""
-    if count > (end - pos) // _KAFKA_MIN_RECORD:
-        raise _corrupt(f"records count {count} cannot fit in {end - pos} bytes")
-    if _compiled_plain is not None and COMPILED:
-        converted = _compiled_plain(buf, pos, end, count)
-        if converted is not None:
-            records, low, high = converted
-            if base_timestamp + low >= _MIN_INT64 and base_timestamp + high <= _MAX_INT64:
-                out += records
-                return base_timestamp + high
     if isinstance(buf, memoryview):
         buf = buf.tobytes()  # the Python paths index and slice bytes
+    batch = bytearray(_TALOS_HEADER_SIZE)
     if _codec.SPEEDUPS:
-        mark = len(out)
-        found = _kafka_records_plain(buf, pos, end, count, out, base_timestamp)
+        found = _kafka_records_plain(buf, pos, end, count, batch, base_timestamp)
         if found is not None:
-            return found
-        del out[mark:]
-    low, high = _kafka_records_careful(buf, pos, end, count, out)
+            return batch, found
+        del batch[_TALOS_HEADER_SIZE:]
+    low, high = _kafka_records_careful(buf, pos, end, count, batch)
     if base_timestamp + low < _MIN_INT64 or base_timestamp + high > _MAX_INT64:
         raise _corrupt("a record's timestamp is outside 64 bits")
-    return base_timestamp + high
+    return batch, base_timestamp + high
 
 
 def _kafka_records_plain(
@@ -418,7 +389,7 @@ def _kafka_records_plain(
 
 
 def _kafka_records_careful(buf: _Bytes, pos: int, end: int, count: int, out: bytearray) -> tuple[int, int]:
-    """:func:`_kafka_records` field by field: any record, and an exact reason for a damaged one. Returns the
+    """:func:`_kafka_batch`'s conversion field by field: any record, and an exact reason for a damaged one. Returns the
     lowest and highest timestamp delta. Short varints are read inline, the rest by :func:`_read_varint`;
     ``pos`` only grows, so a field running past its record is caught by the record's end check (and past
     the buffer, by the IndexError)."""

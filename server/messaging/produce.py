@@ -190,7 +190,7 @@ def produce_records_now(
     if charge is None:
         return None
     metered = Metered(broker, caller, topic, partition)
-    stored = loaded.produce_now(batch, header)
+    stored = loaded.append_now(batch, header)
     if stored is None:  # the log refused the append: the full path answers why, and charges again
         charge.refund()
         return None

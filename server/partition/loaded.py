@@ -348,12 +348,15 @@ class LoadedPartition:
         group's flush is done. None whenever anything would need an await or an error answer (group commit
         off, a compacted topic's key check, a failed log): :meth:`produce` then does it all, so nothing here
         decides differently from it."""
-        if not self.takes_now(header):
-            return None
+        return self.append_now(batch, header) if self.takes_now(header) else None
+
+    def append_now(self, batch: bytearray, header: BatchHeader) -> Stored | None:
+        """:meth:`produce_now` of a batch :meth:`takes_now` already took (not asked again); None if the log
+        refused it (nothing was appended: :meth:`produce` answers the same error)."""
         try:
             base, end, group = self._append(header, batch, False)
         except (BatchError, LogError):
-            return None  # nothing was appended: produce() answers the same error
+            return None
         return Stored(base, end, group.future, self)
 
     def result_of(self, stored: Stored) -> ProduceResult:

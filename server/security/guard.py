@@ -74,10 +74,6 @@ class Security:
         self._executor = executor
         self._topology = topology
         self._refresh_s = config.security_refresh_s
-        # What a principal may do to a topic, by the current state (``actions_on`` walks the grants): asked on
-        # every message request. Emptied whenever the state is replaced (it is immutable), so a revocation counts
-        # from the request after it, as before.
-        self._actions: dict[tuple[Principal, str, str | None], frozenset[str]] = {}
         self.state = SecurityState()
         self._last_reload = 0.0  # when the latest re-read started
         self._fresh_as_of = 0.0  # the start of the latest re-read that finished: state is at least that new
@@ -92,9 +88,12 @@ class Security:
 
     @state.setter
     def state(self, state: SecurityState) -> None:
+        # Answers kept for as long as this state is the one (it is immutable), so a revocation counts from the
+        # request after it, as before: what a principal may do to a topic (``actions_on`` walks the grants, asked
+        # on every message request), and whose a verified token is (its hash, likewise).
         self._state = state
-        self._actions = {}
-        self._principals: dict[str, Principal] = {}  # tokens verified against this state, and whose they are
+        self._actions: dict[tuple[Principal, str, str | None], frozenset[str]] = {}
+        self._principals: dict[str, Principal] = {}
         # Most deployments limit no rate at all: then :meth:`admit_now` answers without looking up any quota.
         quotas = [tenant.quota for tenant in state.tenants.values()] + list(state.topic_quotas.values())
         self._rates_limited = any(_limits_a_rate(quota) for quota in quotas)
@@ -229,7 +228,7 @@ class Security:
         if not verify(secret, record.hash):
             return None  # not kept: tokens that fail cost their hash each time, and no memory
         principal = Principal(record.tenant, record.id)
-        if len(self._principals) >= _ACTIONS_KEPT:
+        if len(self._principals) >= _KEPT:
             self._principals = {}
         self._principals[token] = principal
         return principal
@@ -245,7 +244,7 @@ class Security:
         key = (principal, name, owner)
         actions = self._actions.get(key)
         if actions is None:
-            if len(self._actions) >= _ACTIONS_KEPT:
+            if len(self._actions) >= _KEPT:
                 self._actions = {}
             actions = self._actions[key] = actions_on(principal, self.state, name, owner)
         if action in actions:
@@ -331,6 +330,8 @@ class Security:
         if any(bucket.wait_after(cost, now) > 0 for bucket in sized):
             return None
         charged = [(bucket, 1) for bucket in requests] + [(bucket, cost) for bucket in sized]
+        if not charged:  # no quota of this tenant's or topic's limits a rate
+            return NO_CHARGE
         for bucket, amount in charged:
             bucket.charge(amount, now)
         return Charge(charged)
@@ -401,8 +402,8 @@ def allowance(buckets: list[TokenBucket]) -> int:
     return max(0, int(min(bucket.tokens for bucket in buckets)))
 
 
-# How many (principal, topic) answers the authorization keeps before it starts again.
-_ACTIONS_KEPT = 4096
+# How many answers each of the state's caches (authorization, verified tokens) keeps before it starts again.
+_KEPT = 4096
 
 # A token whose id the security state does not hold: the state may be older than the token. (Compared by identity
 # and never handed out; its tenant name cannot exist, so it could grant nothing if it were.)

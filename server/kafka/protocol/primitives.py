@@ -11,9 +11,9 @@ from __future__ import annotations
 import struct
 import uuid
 
-__all__ = ["KEPT_APART", "MAX_STRING_BYTES", "Buffer", "ProtocolError", "Reader", "Writer"]
+from talos._codec import Buffer
 
-Buffer = bytes | bytearray | memoryview
+__all__ = ["KEPT_APART", "MAX_STRING_BYTES", "Buffer", "ProtocolError", "Reader", "Writer"]
 
 # A bytes value this large is not copied into the writer's buffer: a Fetch answer's records go to the socket
 # as they are (``Writer.parts``). Smaller ones are copied: a part per value would cost more than the copy.

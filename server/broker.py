@@ -388,6 +388,11 @@ class Broker:
         """Run blocking work (storage, ZooKeeper) on the I/O threads."""
         return await self._io(function, *args)
 
+    def topic_now(self, name: str) -> TopicConfig | None:
+        """The topic's configuration as this server knows it (the object is replaced, not changed, when the
+        configuration changes), or None: :meth:`topic` with ``known_only``, without an error to raise."""
+        return self._topics.get(name)
+
     def loaded_now(self, topic: str, index: int) -> LoadedPartition | None:
         """The partition if it is loaded here and working, without an await; else None (:meth:`partition` takes
         it over, or says who owns it)."""

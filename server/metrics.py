@@ -39,6 +39,7 @@ __all__ = [
     "produced",
     "throttled",
     "read_from",
+    "repeated_head",
     "render",
     "ring_version",
     "tail_cache",
@@ -91,6 +92,11 @@ _bytes_out = _LoopCounter("talos_bytes_out", "Batch bytes fetched", ["topic"])
 _kafka_requests = _LoopCounter(
     "talos_kafka_requests", "Kafka protocol requests answered, by API and Kafka error code", ["api", "error"]
 )
+_repeated = _LoopCounter(
+    "talos_http_repeated_heads",
+    "Produce requests taken whole by their connection's repeated request head, without parsing it again",
+    [],
+).labels()
 _reads = _LoopCounter("talos_fetch_reads", "Fetches answered, by where the data came from", ["source"])
 _compaction_passes = Counter(
     "talos_compaction_passes", "Compaction passes, by outcome (done, fenced, failed)", ["outcome"], registry=REGISTRY
@@ -271,6 +277,10 @@ def trace_events(outcome: str, count: int) -> None:
 def produced(topic: str, messages: int, size: int) -> None:
     _messages_in.labels(topic).inc(messages)
     _bytes_in.labels(topic).inc(size)
+
+
+def repeated_head() -> None:
+    _repeated.value += 1
 
 
 def fetched(topic: str, size: int) -> None:

@@ -21,17 +21,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from server import metrics
 from server.config import ServerConfig
 from server.errors import ApiError, error_body
-from server.http.fastpath import FastPath, route
-from server.http.hot_cycle import HotCycle
+from server.http.fastpath import Declined, FastPath, HeadMemo, Route, route
+from server.http.hot_cycle import HotCycle, settled, write_reply
+from server.messaging.forwarder import Reply
 
 __all__ = [
     "AUTO_MAX_CONNECTIONS",
@@ -167,6 +170,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._body_started = 0.0
         self._body_progress = 0.0
         self._client_text: str | None = None  # "host:port" of the peer, for the trace of what it produces
+        self._memo = HeadMemo()  # what this connection's last produce learnt from its head
+        self._chunk: bytes | None = None  # the chunk that began the request being read
+        self._lane: _Lane | None = None  # the head of a produce this connection may repeat
+        self._lane_reply: Callable[[], Reply] | None = None  # the lane's request in flight
+        self._backlog = bytearray()  # bytes that came while it was
+        self._closing = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.limits.max_connections:
@@ -185,15 +194,100 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lane_reply is not None:  # a repeated produce is being answered: what comes next waits for it
+            self._backlog += data
+            self.flow.pause_reading()
+            return
         if self._phase != _HEAD:
             super().data_received(data)
             return
+        lane = self._lane
+        if (
+            lane is not None
+            and self._head_bytes == 0
+            and len(data) == lane.size
+            and data.startswith(lane.head)
+            and (self.cycle is None or self.cycle.response_complete)
+            and self._repeat(lane, data)
+        ):
+            return
         self._idle_until = 0.0
+        self._chunk = data if self._head_bytes == 0 else None  # a request that comes whole may be repeated
         # The chunk may end the head and carry a body: only a head still incomplete after it is too large.
         self._head_bytes += len(data)
         super().data_received(data)
         if self._phase == _HEAD and self._head_bytes > self.limits.max_header_bytes:
             self._close_with(_HEAD_TOO_LARGE)
+
+    # ---------------------------------------------------------------- the repeated produce (the lane)
+    #
+    # A keep-alive producer sends the same request head again and again (only the body differs, and with the same
+    # length, not even the content-length). Once a head has been parsed by httptools, routed, and its produce
+    # answered without a task, a later request on this connection that arrives whole in one chunk, with that head
+    # byte for byte, is the same request but for the body: it goes straight to the produce (``FastPath.answer_now``,
+    # whose checks all run, the memo of the head's caller included), with no parser callbacks, cycle or scope.
+    # Anything else, and anything the produce declines, goes through the parser as before.
+
+    def _remember(self, chunk: bytes, cycle: HotCycle, size: int) -> None:
+        """``cycle`` (a produce of ``size`` body bytes, answered from its flush) began with ``chunk``: if it came
+        whole in it, keep its head for the lane (the next request with that head is told by its length alone)."""
+        end = chunk.find(b"\r\n\r\n") + 4
+        if (
+            end < 4
+            or size <= 0
+            or len(chunk) != end + size  # pipelined, or framed otherwise (chunked)
+            or _content_length(cycle.raw_headers) != size
+            or not cycle.keep_alive
+            or self.access_log  # the lane writes no access log line
+        ):
+            return
+        self._lane = _Lane(chunk[:end], len(chunk), cycle.hot, cycle.raw_headers)
+
+    def _repeat(self, lane: _Lane, data: bytes) -> bool:
+        """Produce the repeated request ``data`` through the lane; False (nothing done) if it must be parsed."""
+        limit = self.limits.max_requests_per_connection
+        if limit and self._requests + 1 >= limit:  # its answer must close the connection: the full path's
+            return False
+        assert self.fast is not None
+        now = self.fast.answer_now(
+            lane.hot, lane.raw_headers, data[len(lane.head) :], client=self._client_text, memo=self._memo
+        )
+        if isinstance(now, Declined):
+            return False  # nothing was stored: the parser's path does it all
+        metrics.repeated_head()
+        self._requests += 1
+        self._idle_until = 0.0
+        self._phase = _APP
+        if isinstance(now, Reply):
+            self._lane_reply = lambda: now
+            self._lane_answer()
+        else:
+            self._lane_reply = now.reply
+            now.durable.after(self._lane_answer)
+        return True
+
+    def _lane_answer(self) -> None:
+        reply, self._lane_reply = self._lane_reply, None
+        assert reply is not None
+        answer = settled(reply)  # also when the client has gone: it meters the request
+        if self.transport.is_closing():
+            return
+        write_reply(self.transport, answer, self.server_state.default_headers, keep_alive=not self._closing)
+        self.server_state.total_requests += 1
+        if self._closing:  # a graceful shutdown began while the request was in flight
+            self.transport.close()
+            return
+        self._await_next_head()
+        if self._backlog:
+            backlog, self._backlog = bytes(self._backlog), bytearray()
+            self.flow.resume_reading()
+            self.data_received(backlog)
+
+    def shutdown(self) -> None:
+        if self._lane_reply is not None:  # uvicorn waits for the connection: it closes once answered
+            self._closing = True
+            return
+        super().shutdown()
 
     def on_message_begin(self) -> None:
         # uvicorn's, without its ASGI scope (a dict of ten keys and a copy of the app state per request): a hot
@@ -253,6 +347,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         existing = self.cycle
         self.cycle = HotCycle(
             fast,
+            self._memo,
             hot,
             fast.body_limit(hot),
             query,
@@ -300,8 +395,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._await_next_head()
             return
         self._phase = _APP  # no deadline while the app answers (a fetch may wait for messages)
-        if type(cycle) is HotCycle and cycle.deferred and not cycle.answer_now():
-            self._start_asgi_task(cycle, self.app)
+        chunk, self._chunk = self._chunk, None
+        if type(cycle) is HotCycle and cycle.deferred:
+            size = len(cycle.body)
+            if not cycle.answer_now():
+                self._start_asgi_task(cycle, self.app)
+            elif not cycle.response_complete and chunk is not None:  # appended, answered from its flush
+                self._remember(chunk, cycle, size)
 
     def on_response_complete(self) -> None:
         # uvicorn's, without its keep-alive timer per response: the watchdog closes an idle connection.
@@ -384,6 +484,24 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             )
             cls._last_refusal_log = now
             cls._refused = 0
+
+
+class _Lane(NamedTuple):
+    head: bytes  # the request head, byte for byte
+    size: int  # the whole request's bytes: the head and its content-length
+    hot: Route
+    raw_headers: list[tuple[bytes, bytes]]
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
+    """The request's ``content-length``; -1 if it has none, or also a ``transfer-encoding``."""
+    length = -1
+    for name, value in headers:
+        if name == b"transfer-encoding":
+            return -1
+        if name == b"content-length":
+            length = int(value) if value.isdigit() else -1
+    return length
 
 
 def protocol_class(limits: ConnectionLimits, fast: FastPath | None = None) -> type[GuardedHttpProtocol]:

@@ -19,8 +19,10 @@ from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
 from server.messaging.authorization import authorize_message
+from server.messaging.caller import Caller
 from server.messaging.forwarder import HOPS_HEADER, Reply
 from server.security.access import Principal
+from server.topics import TopicConfig
 from server.trace.recorder import CLIENT_HEADER
 from server.usage.meter import TENANT_HEADER
 from server.web import MAX_ADMIN_BODY, ASGIApp, Receive, Scope, Send, caller_of, read_body
@@ -30,6 +32,7 @@ __all__ = [
     "BodyReader",
     "Declined",
     "FastPath",
+    "HeadMemo",
     "Route",
     "client_address",
     "error_reply",
@@ -97,6 +100,26 @@ class Declined(NamedTuple):
     """What :meth:`FastPath.answer_now` learnt before it found the request needs an await."""
 
     principal: Principal | None  # None: not authenticated yet
+    headers: dict[str, str] | None = None  # the headers it authenticated (lower-case names, the tenant named)
+
+
+class HeadMemo:
+    """What a connection's last no-await produce learnt from its request head: the headers, who asks and the
+    :class:`Caller` served, that it may produce to the topic. A keep-alive client sends the same head again and
+    again; the next request with the same head (byte for byte), to the same topic, while the security state and
+    the topic's configuration are the very objects it was found under (both are replaced, never changed, when
+    anything in them changes), is the same caller, allowed the same way, so none of it is done again."""
+
+    __slots__ = ("caller", "config", "headers", "principal", "raw", "state", "topic")
+
+    def __init__(self) -> None:
+        self.raw: list[tuple[bytes, bytes]] | None = None
+        self.topic = ""
+        self.state: object = None
+        self.config: TopicConfig | None = None
+        self.headers: dict[str, str] = {}
+        self.principal: Principal | None = None
+        self.caller = Caller()
 
 
 #: Reads a hot request's body: ``(limit, declared content-length) -> body``, 413 (:class:`ApiError`) over the limit.
@@ -187,30 +210,56 @@ class FastPath:
             return error_reply(ApiError(500, "INTERNAL", f"internal error: {type(exc).__name__}", retriable=True))
 
     def answer_now(
-        self, hot: Route, headers: dict[str, str], body: bytearray, *, client: str | None
+        self,
+        hot: Route,
+        raw_headers: list[tuple[bytes, bytes]],
+        body: bytes | bytearray,
+        *,
+        client: str | None,
+        memo: HeadMemo,
     ) -> Reply | messages.PendingReply | Declined:
         """:meth:`answer` of a produce whose body is in, without an await: a refusal, or the produce appended to
         its partition's next flush (answered once that is durable). :class:`Declined` whenever an await is
         needed (a token this server does not know yet, a partition to load or on another server, a quota that
-        would hold the request, ...): :meth:`answer` then does it all (given the principal found here, and the
-        same headers), and nothing was stored or charged."""
+        would hold the request, ...): :meth:`answer` then does it all (given the principal and headers found
+        here), and nothing was stored or charged. ``memo``: the connection's, read and kept up to date here."""
         if hot.kind != "produce":
             return Declined(None)
-        self._name_client(headers, client)
-        try:
-            broker = self._broker()
-            principal = broker.security.authenticate_now(headers)
-            if principal is None:
-                return Declined(None)
-            _name_tenant(headers, principal)
+        broker = self._broker()
+        topic = hot.topic
+        config = broker.topic_now(topic)
+        if (
+            config is not None
+            and memo.config is config
+            and memo.raw == raw_headers
+            and memo.topic == topic
+            and memo.state is broker.security.state
+        ):
+            headers, principal, caller = memo.headers, memo.principal, memo.caller
+        else:
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
+            self._name_client(headers, client)
+            try:
+                principal = broker.security.authenticate_now(headers)
+                if principal is None:
+                    return Declined(None)
+                _name_tenant(headers, principal)
+                if config is None:  # not known here: the task path looks it up (read-your-writes) and answers
+                    return Declined(principal, headers)
+                authorize_message(broker, principal, topic, hot.kind)
+            except ApiError as exc:
+                return error_reply(exc)
             caller = caller_of(headers)
-            if len(body) > self.body_limit(hot):
-                return Declined(principal)  # the task path answers 413
-            authorize_message(broker, principal, hot.topic, hot.kind)
-            now = messages.produce_now(broker, caller, hot.topic, hot.partition, headers.get("content-type"), body)
-            return Declined(principal) if now is None else now
-        except ApiError as exc:
-            return error_reply(exc)
+            if HOPS_HEADER in headers:  # a forward: whether its client header is believed depends on the cluster
+                memo.raw = None
+            else:
+                memo.raw, memo.topic, memo.state, memo.config = raw_headers, topic, broker.security.state, config
+                memo.headers, memo.principal, memo.caller = headers, principal, caller
+        if len(body) <= self.body_limit(hot):  # else the task path answers 413
+            now = messages.produce_now(broker, caller, config, hot.partition, headers.get("content-type"), body)
+            if now is not None:
+                return now
+        return Declined(principal, dict(headers))  # a copy: the task path names the client in it
 
     def _name_client(self, headers: dict[str, str], client: str | None) -> None:
         if client is not None and not (HOPS_HEADER in headers and self._from_a_server(client)):

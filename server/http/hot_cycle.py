@@ -21,12 +21,11 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from server.errors import ApiError
-from server.http.fastpath import Declined, FastPath, Route, error_reply
+from server.http.fastpath import Declined, FastPath, HeadMemo, Route, error_reply
 from server.messaging.forwarder import Reply
-from server.security.access import Principal
 from server.web import check_declared_length
 
-__all__ = ["HotCycle"]
+__all__ = ["HotCycle", "settled", "write_reply"]
 
 log = logging.getLogger("talos.server")
 
@@ -40,6 +39,7 @@ class HotCycle(RequestResponseCycle):
     def __init__(
         self,
         fast: FastPath,
+        memo: HeadMemo,
         hot: Route,
         body_limit: int,
         raw_query: bytes,
@@ -74,11 +74,14 @@ class HotCycle(RequestResponseCycle):
         self.chunked_encoding = None
         self.expected_content_length = 0
         self._fast = fast
-        self._hot = hot
+        self.hot = hot
         self._body_limit = body_limit
         self._raw_query = raw_query
         self._client = client
-        self._declined: tuple[dict[str, str], Principal | None] | None = None
+        self._memo = memo
+        self.raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        self._declined: Declined | None = None
+        self._reply: Callable[[], Reply] = _nothing_to_say
         # A produce waits for its whole body before anything runs: then :meth:`answer_now` may answer it without
         # a task (the protocol starts ``run_asgi`` only if it cannot, or if the body goes over the limit).
         # One that declares a body over the limit is refused at once, by ``run_asgi``.
@@ -119,45 +122,39 @@ class HotCycle(RequestResponseCycle):
         it needs ``run_asgi`` (which then does it all: nothing was stored)."""
         self.deferred = False
         try:
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
-            now = self._fast.answer_now(self._hot, headers, self.body, client=self._client)
+            now = self._fast.answer_now(self.hot, self.raw_headers, self.body, client=self._client, memo=self._memo)
         except Exception:
             log.exception("unexpected error in a hot request")
             now = _INTERNAL
         if isinstance(now, Declined):
-            self._declined = (headers, now.principal)  # run_asgi goes on from there
+            self._declined = now  # run_asgi goes on from there
             return False
         self.body = bytearray()
         if isinstance(now, Reply):
             self._respond(now)
             self.on_response = _nothing
         else:
-            now.durable.add_done_callback(lambda _: self._durable(now.reply))
+            self._reply = now.reply
+            now.durable.after(self._durable)
         return True
 
-    def _durable(self, reply: Callable[[], Reply]) -> None:
-        try:
-            answer = reply()
-        except ApiError as exc:
-            answer = error_reply(exc)
-        except Exception:
-            log.exception("unexpected error in a hot request")
-            answer = _INTERNAL
+    def _durable(self) -> None:
+        answer = settled(self._reply)
         if not self.disconnected:
             self._respond(answer)
         self.on_response = _nothing
 
     async def run_asgi(self, app: object) -> None:
         try:
-            if self._declined is not None:
-                headers, principal = self._declined
+            if self._declined is not None and self._declined.headers is not None:
+                headers, principal = self._declined.headers, self._declined.principal
             else:
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.scope["headers"]}
                 principal = None
             try:
-                client = self._client if self._hot.kind == "produce" else None
+                client = self._client if self.hot.kind == "produce" else None
                 reply = await self._fast.answer(
-                    self._hot, headers, self._raw_query, self._read_body, client=client, principal=principal
+                    self.hot, headers, self._raw_query, self._read_body, client=client, principal=principal
                 )
             except ConnectionResetError:
                 return
@@ -201,20 +198,7 @@ class HotCycle(RequestResponseCycle):
                 self.scope["http_version"],
                 reply.status,
             )
-        head: list[bytes] = [STATUS_LINE[reply.status]]
-        for default, value in self.default_headers:
-            head += (default, b": ", value, b"\r\n")
-        head += (b"content-type: ", reply.content_type.encode(), b"\r\ncontent-length: ", b"%d" % len(reply.body))
-        for name, text in reply.headers.items():
-            head += (b"\r\n", name.encode("latin-1"), b": ", text.encode("latin-1"))
-        if not self.keep_alive:
-            head.append(b"\r\nconnection: close")
-        head.append(b"\r\n\r\n")
-        if len(reply.body) < 65536:  # one write, one syscall
-            head.append(reply.body)
-            self.transport.write(b"".join(head))
-        else:  # a large fetch: no copy of the body
-            self.transport.writelines([b"".join(head), reply.body])
+        write_reply(self.transport, reply, self.default_headers, keep_alive=self.keep_alive)
         self.response_complete = True
         self._wake()
         if not self.keep_alive:
@@ -222,8 +206,44 @@ class HotCycle(RequestResponseCycle):
         self.on_response()
 
 
+def settled(reply: Callable[[], Reply]) -> Reply:
+    """The answer of a produce whose flush is over (``PendingReply.reply``), an error answered as one."""
+    try:
+        return reply()
+    except ApiError as exc:
+        return error_reply(exc)
+    except Exception:
+        log.exception("unexpected error in a hot request")
+        return _INTERNAL
+
+
+def write_reply(
+    transport: asyncio.Transport, reply: Reply, default_headers: list[tuple[bytes, bytes]], *, keep_alive: bool
+) -> None:
+    """The answer as HTTP/1.1: one write (one system call), or for a large body, the head and the body without a
+    copy of it."""
+    head: list[bytes] = [STATUS_LINE[reply.status]]
+    for default, value in default_headers:
+        head += (default, b": ", value, b"\r\n")
+    head += (b"content-type: ", reply.content_type.encode(), b"\r\ncontent-length: ", b"%d" % len(reply.body))
+    for name, text in reply.headers.items():
+        head += (b"\r\n", name.encode("latin-1"), b": ", text.encode("latin-1"))
+    if not keep_alive:
+        head.append(b"\r\nconnection: close")
+    head.append(b"\r\n\r\n")
+    if len(reply.body) < 65536:
+        head.append(reply.body)
+        transport.write(b"".join(head))
+    else:  # a large fetch
+        transport.writelines([b"".join(head), reply.body])
+
+
 def _nothing() -> None:
     pass
+
+
+def _nothing_to_say() -> Reply:
+    raise AssertionError("a hot request answered from its flush without a reply")
 
 
 def _declared(headers: Iterable[tuple[bytes, bytes]]) -> int:

@@ -10,7 +10,6 @@ answers it in the REST format, byte for byte what it answers its own clients.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import logging
@@ -34,7 +33,7 @@ from server.messaging.forwarder import BATCH_CONTENT_TYPE, JSON, Reply, call_par
 from server.messaging.offsets import offsets_here
 from server.messaging.produce import produce_records, produce_records_now, store_batches
 from server.messaging.records import message_json
-from server.partition.loaded import LoadedPartition, ProduceResult
+from server.partition.loaded import GroupFuture, LoadedPartition, ProduceResult
 from server.topics import TopicConfig
 from server.web import INT64_MAX, int_param, isolation_param
 from talos import (
@@ -83,15 +82,24 @@ def _bytes_field(message: dict[str, Any], name: str, index: int) -> bytes | None
     return text.encode()
 
 
-def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | None, RecordData]], bool]:
-    if type(doc) is dict and len(doc) == 1:  # the common call, one text value: what the loop below makes of it
+def _one_value(doc: object, max_message: int) -> RecordData | None:
+    """The record of the common request, one message of one text value (what :func:`_parse_messages` makes of
+    it); None for any other."""
+    if type(doc) is dict and len(doc) == 1:
         messages = doc.get("messages")
         if type(messages) is list and len(messages) == 1 and type(only := messages[0]) is dict and len(only) == 1:
             value = only.get("value")
             if type(value) is str and len(value) <= max_message:  # chars: at most 4 bytes each, checked below
                 data = value.encode()
                 if len(data) <= max_message:
-                    return [(None, RecordData(data, None, [], None))], True
+                    return RecordData(data, None, [], None)
+    return None
+
+
+def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | None, RecordData]], bool]:
+    one = _one_value(doc, max_message)
+    if one is not None:
+        return [(None, one)], True
     if not isinstance(doc, dict):
         raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object with a 'messages' array")
     messages = doc.get("messages")
@@ -243,14 +251,14 @@ async def _produce_json(
 class PendingReply(NamedTuple):
     """A produce appended without an await (:func:`produce_now`): ``reply()`` once ``durable`` is done."""
 
-    durable: asyncio.Future[int]
+    durable: GroupFuture
     reply: Callable[[], Reply]
 
 
 def produce_now(
     broker: Broker,
     caller: Caller,
-    topic: str,
+    config: TopicConfig,
     partition: int | None,
     content_type: str | None,
     body: bytes | bytearray,
@@ -260,8 +268,15 @@ def produce_now(
     else, an error included, and then nothing was stored or counted: :func:`produce` does it all."""
     if content_type is not None and not content_type.startswith(JSON):
         return None
+    topic = config.name
+    if partition is not None and 0 <= partition < config.partitions:  # the common request: one message, fixed
+        try:
+            record = _one_value(orjson.loads(body), broker.config.max_message_bytes)
+        except orjson.JSONDecodeError:
+            return None
+        if record is not None:
+            return _one_now(broker, caller, topic, partition, record, len(body))
     try:
-        config = broker.topic(topic, known_only=True)
         routed = _route(broker, topic, partition, body, config, take=False)
     except ApiError:
         return None
@@ -281,6 +296,32 @@ def produce_now(
         return _json_answer(topic, routed, [pending.result()], size)
 
     return PendingReply(pending.durable, reply)
+
+
+def _one_now(
+    broker: Broker, caller: Caller, topic: str, partition: int, record: RecordData, size: int
+) -> PendingReply | None:
+    """:func:`produce_now` of one message to a partition the request names."""
+    if not broker.owns(topic, partition):
+        return None
+    pending = produce_records_now(broker, caller, topic, partition, [record])
+    if pending is None:
+        return None
+
+    def reply() -> Reply:
+        answer = pending.result()
+        metrics.produced(topic, 1, size)
+        return Reply(
+            200, _ONE_ANSWER % (partition, answer.base_offset, answer.durable_offset, answer.session, answer.version)
+        )
+
+    return PendingReply(pending.durable, reply)
+
+
+# What _json_answer makes of one stored message (not a duplicate: produce_now has no idempotent producer).
+_ONE_ANSWER = (
+    b'{"results":[{"partition":%d,"offset":%d,"durable_offset":%d,"session":%d,"duplicate":false,"version":%d}]}'
+)
 
 
 def batch_spans(body: bytes | bytearray) -> list[tuple[int, int, int]]:

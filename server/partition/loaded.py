@@ -43,6 +43,7 @@ log = logging.getLogger("talos.server")
 
 __all__ = [
     "FetchResult",
+    "GroupFuture",
     "LoadedPartition",
     "PartitionState",
     "ProduceResult",
@@ -91,7 +92,7 @@ class Stored(NamedTuple):
 
     base_offset: int
     next_offset: int
-    durable: asyncio.Future[int]
+    durable: GroupFuture
     partition: LoadedPartition
 
 
@@ -121,14 +122,38 @@ class Epochs(Protocol):
         """The producer's current epoch if newer than ``epoch``. Does I/O."""
 
 
-class _GroupFuture(asyncio.Future[int]):
-    """A group's future, which its waiters cannot cancel: a waiter's task cancelled (a client gone, a shutdown)
-    must not cancel the others' flush. The task is cancelled once the flush is over (``Task.cancel`` then
-    throws into it at its next step), as ``asyncio.shield`` would, without a second future and two callbacks
-    per waiter."""
+class GroupFuture(asyncio.Future[int]):
+    """A group's future (its flush's durable offset), which its waiters cannot cancel: a waiter's task cancelled
+    (a client gone, a shutdown) must not cancel the others' flush. The task is cancelled once the flush is over
+    (``Task.cancel`` then throws into it at its next step), as ``asyncio.shield`` would, without a second future
+    and two callbacks per waiter.
+
+    A produce answered without a task registers with :meth:`after`: every such answer of the group runs in the
+    one event-loop pass after the flush, where a done-callback each would be a handle each."""
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._after: list[Callable[[], None]] = []
+        self.add_done_callback(self._answer)
 
     def cancel(self, msg: object = None) -> bool:
         return False
+
+    def after(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the flush is over (the future done), in the order registered."""
+        if self.done():
+            self.get_loop().call_soon(callback)
+        else:
+            self._after.append(callback)
+
+    def _answer(self, _: asyncio.Future[int]) -> None:
+        self.exception()  # retrieved: every waiter may have gone (clients that disconnected)
+        for callback in self._after:
+            try:
+                callback()
+            except Exception:
+                log.exception("unexpected error answering a produce")
+        self._after = []
 
 
 class _Group:
@@ -137,8 +162,7 @@ class _Group:
     __slots__ = ("check_owner", "future", "stored")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[int] = _GroupFuture(loop=loop)
-        self.future.add_done_callback(_retrieve)  # every waiter may have gone (clients that disconnected)
+        self.future = GroupFuture(loop=loop)
         self.stored: list[tuple[int, int, bytearray]] = []  # (base, next, batch): for the tail cache once durable
         self.check_owner = False  # a fence waits on it: ask the storage after the flush whether we still own it
 
@@ -479,7 +503,7 @@ class LoadedPartition:
         finally:
             self._commit_task = None
             # Only if the loop above died (cancelled at the event loop's end): its waiters cannot cancel their
-            # wait (_GroupFuture), so every group still open is answered here.
+            # wait (GroupFuture), so every group still open is answered here.
             for left in (group, self._group):
                 if left is not None and not left.future.done():
                     left.future.set_exception(self.abandoned or LogError("commit stopped"))

@@ -1,0 +1,163 @@
+"""A connection's repeated produce head (``server.http.connections``, "the lane"), over raw sockets against real
+``talos standalone`` processes: a request whose head is byte for byte the last produce's is stored and answered
+as the parsed one would be, once each and in order; what the lane cannot take (a body that is not a message, bytes
+that come while its request is answered, a revoked token, the connection's last request) gets what the full path
+answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.devservices import StandaloneServer
+from talos import Admin
+from tests.helpers import read_responses, running_standalone
+
+TOPIC = "repeated"
+ADMIN_TOKEN = "admin-repeated-head-test-token"
+
+
+def _address(server: StandaloneServer) -> tuple[str, int]:
+    host, port = server.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _produce(value: str, *, token: str | None = None, topic: str = TOPIC) -> bytes:
+    """One produce; values of one length make requests whose heads are the same bytes."""
+    body = json.dumps({"messages": [{"value": value}]}).encode()
+    auth = f"authorization: Bearer {token}\r\n" if token else ""
+    head = (
+        f"POST /v1/topics/{topic}/partitions/0/messages HTTP/1.1\r\nhost: x\r\n{auth}"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _repeated(server: StandaloneServer) -> float:
+    """``talos_http_repeated_heads``: requests the lane took."""
+    text = httpx.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {ADMIN_TOKEN}"}).text
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("talos_http_repeated_heads"))
+
+
+def _values(server: StandaloneServer, offset: int, count: int, token: str | None = None) -> list[str]:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    answer = httpx.get(
+        f"{server.url}/v1/topics/{TOPIC}/partitions/0/messages",
+        params={"offset": offset, "max_messages": count},
+        headers=headers,
+    )
+    assert answer.status_code == 200, answer.text
+    return [m["value"] for m in answer.json()["messages"]][:count]
+
+
+@pytest.fixture(scope="module")
+def open_server(server: StandaloneServer) -> StandaloneServer:
+    Admin(server.url).create_topic(TOPIC, partitions=1)
+    loaded = httpx.post(f"{server.url}/v1/topics/{TOPIC}/partitions/0/messages", json={"messages": [{"value": "-"}]})
+    assert loaded.status_code == 200  # the partition is loaded: the next produce is answered without a task
+    return server
+
+
+def test_repeated_requests_are_each_stored_once_and_answered_in_order(open_server: StandaloneServer) -> None:
+    before = _repeated(open_server)
+    with socket.create_connection(_address(open_server), timeout=10) as sock:
+        offsets = []
+        for i in range(20):
+            sock.sendall(_produce(f"v{i:02d}"))
+            ((status, headers, body),) = read_responses(sock, 1)
+            assert status == 200 and headers["content-type"] == "application/json", body
+            (result,) = json.loads(body)["results"]
+            assert result["partition"] == 0 and result["durable_offset"] >= result["offset"] + 1
+            assert result["duplicate"] is False
+            offsets.append(result["offset"])
+    assert offsets == list(range(offsets[0], offsets[0] + 20))
+    assert _repeated(open_server) - before == 19  # the first head is parsed; every later one is repeated
+    assert _values(open_server, offsets[0], 20) == [f"v{i:02d}" for i in range(20)]
+
+
+def test_bytes_that_come_while_a_repeated_request_is_answered_wait_for_it(open_server: StandaloneServer) -> None:
+    with socket.create_connection(_address(open_server), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(_produce("w-first"))
+        read_responses(sock, 1)
+        offsets = []
+        for i in range(30):
+            # Two writes: the second often reaches the server while the first (taken by the lane) waits for its
+            # flush; it then waits too, and is answered after it.
+            sock.sendall(_produce(f"w-{i:02d}a"))
+            sock.sendall(_produce(f"w-{i:02d}b") + f"GET /v1/topics/{TOPIC} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+            (s1, _, b1), (s2, _, b2), (s3, _, b3) = read_responses(sock, 3)
+            assert (s1, s2, s3) == (200, 200, 200)
+            assert json.loads(b3)["name"] == TOPIC
+            offsets += [json.loads(b1)["results"][0]["offset"], json.loads(b2)["results"][0]["offset"]]
+    assert offsets == list(range(offsets[0], offsets[0] + 60))
+    expected = [f"w-{i:02d}{half}" for i in range(30) for half in "ab"]
+    assert _values(open_server, offsets[0], 60) == expected
+
+
+def test_a_body_the_lane_cannot_store_gets_the_full_paths_answer(open_server: StandaloneServer) -> None:
+    good = _produce("ok")
+    head, _, body = good.partition(b"\r\n\r\n")
+    broken = head + b"\r\n\r\n" + b"{" * len(body)  # the same head, a body of the same length: not JSON
+    with socket.create_connection(_address(open_server), timeout=10) as sock:
+        sock.sendall(good)
+        sock.sendall(good)
+        sock.sendall(broken)
+        sock.sendall(good)
+        answers = read_responses(sock, 4)
+    assert [status for status, _, _ in answers] == [200, 200, 400, 200]
+    assert json.loads(answers[2][2])["error"]["code"] == "INVALID_JSON"
+    offsets = [json.loads(body)["results"][0]["offset"] for status, _, body in answers if status == 200]
+    assert offsets == list(range(offsets[0], offsets[0] + 3))  # nothing stored for the refused one
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandaloneServer, str]]:
+    env = {"TALOS_ADMIN_TOKEN": ADMIN_TOKEN, "TALOS_AUTH": "on", "TALOS_MAX_REQUESTS_PER_CONNECTION": "8"}
+    data: Path = tmp_path_factory.mktemp("repeated-secured") / "data"
+    with running_standalone(data, env=env) as server, Admin(server.url, token=ADMIN_TOKEN) as admin:
+        admin.create_tenant("acme")
+        token = admin.create_token("acme")["token"]
+        with Admin(server.url, token=token) as tenant:
+            tenant.create_topic(TOPIC, partitions=1)
+        loaded = httpx.post(
+            f"{server.url}/v1/topics/{TOPIC}/partitions/0/messages",
+            json={"messages": [{"value": "-"}]},
+            headers={"authorization": f"Bearer {token}"},
+        )
+        assert loaded.status_code == 200
+        yield server, token
+
+
+def test_a_revoked_token_is_refused_on_the_next_repeated_request(secured: tuple[StandaloneServer, str]) -> None:
+    server, _ = secured
+    with Admin(server.url, token=ADMIN_TOKEN) as admin:
+        made = admin.create_token("acme", name="short-lived")
+    before = _repeated(server)
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        for i in range(3):
+            sock.sendall(_produce(f"r{i}", token=made["token"]))
+            ((status, _, body),) = read_responses(sock, 1)
+            assert status == 200, body
+        assert _repeated(server) - before == 2
+        with Admin(server.url, token=ADMIN_TOKEN) as admin:
+            admin.revoke_token("acme", made["id"])
+        sock.sendall(_produce("r3", token=made["token"]))
+        ((status, _, body),) = read_responses(sock, 1)
+    assert status == 401 and json.loads(body)["error"]["code"] == "UNAUTHENTICATED"
+
+
+def test_the_connections_last_request_closes_it(secured: tuple[StandaloneServer, str]) -> None:
+    server, token = secured
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        for i in range(8):  # TALOS_MAX_REQUESTS_PER_CONNECTION
+            sock.sendall(_produce(f"c{i}", token=token))
+            ((status, headers, body),) = read_responses(sock, 1)
+            assert status == 200, body
+            assert (headers.get("connection") == "close") == (i == 7)
+        assert sock.recv(1) == b""  # closed by the server after the eighth answer

@@ -73,6 +73,7 @@ __all__ = [
     "build_batch",
     "decode_records_section",
     "encode_batch",
+    "one_value_batch",
     "encode_records",
     "encode_values",
     "iter_batches",
@@ -217,6 +218,8 @@ def _uvarint_bytes(n: int) -> bytes:
 _UVARINTS = [_uvarint_bytes(n) for n in range(1 << 14)]
 _NULL = _uvarint_bytes(1)  # zigzag(-1): no key / null value
 _NO_HEADERS = b"\x00"
+_ZERO_DELTA_NULL_KEY = b"\x00" + _NULL  # a record's timestamp delta 0 and no key
+_CRC = struct.Struct(">I")
 
 
 def _uvarint(n: int) -> bytes:
@@ -257,6 +260,28 @@ def encode_batch(
         compression=compression,
         attributes=attributes,
     )
+
+
+def one_value_batch(value: bytes, now: int) -> tuple[bytearray, BatchHeader]:
+    """``encode_batch([RecordData(value, None, [], now)])`` and its header, made in one buffer without a record
+    list or a header read back: the single-message produce's batch (what the log takes over as it is)."""
+    size = len(value)
+    field = _uvarint(size << 1)
+    record = len(field) + size + 3  # timestamp delta 0, the null key, the value's length, the value, no headers
+    prefix = _uvarint(record)
+    length = HEADER_SIZE + len(prefix) + record
+    if length > MAX_BATCH_LENGTH:
+        raise ValueError("batch too large")
+    batch = bytearray(HEADER_SIZE)
+    batch += prefix
+    batch += _ZERO_DELTA_NULL_KEY
+    batch += field
+    batch += value
+    batch += _NO_HEADERS
+    _HEADER.pack_into(batch, 0, 0, length, MAGIC, 0, 0, 1, now, now, -1, -1, -1)
+    crc = _crc32c.crc32c(memoryview(batch)[CRC_START:])
+    _CRC.pack_into(batch, 13, crc)
+    return batch, BatchHeader(0, length, MAGIC, crc, 0, 1, now, now, -1, -1, -1)
 
 
 def rebatch(header: BatchHeader, run: Sequence[Record]) -> bytes:

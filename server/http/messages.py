@@ -31,7 +31,7 @@ from server.messaging.fetch import (
 )
 from server.messaging.forwarder import BATCH_CONTENT_TYPE, JSON, Reply, call_partition
 from server.messaging.offsets import offsets_here
-from server.messaging.produce import produce_records, produce_records_now, store_batches
+from server.messaging.produce import produce_records, produce_records_now, produce_value_now, store_batches
 from server.messaging.records import message_json
 from server.partition.loaded import GroupFuture, LoadedPartition, ProduceResult
 from server.topics import TopicConfig
@@ -82,9 +82,9 @@ def _bytes_field(message: dict[str, Any], name: str, index: int) -> bytes | None
     return text.encode()
 
 
-def _one_value(doc: object, max_message: int) -> RecordData | None:
-    """The record of the common request, one message of one text value (what :func:`_parse_messages` makes of
-    it); None for any other."""
+def _one_value(doc: object, max_message: int) -> bytes | None:
+    """The value of the common request, one message of one text value (what :func:`_parse_messages` makes a
+    record of); None for any other."""
     if type(doc) is dict and len(doc) == 1:
         messages = doc.get("messages")
         if type(messages) is list and len(messages) == 1 and type(only := messages[0]) is dict and len(only) == 1:
@@ -92,14 +92,14 @@ def _one_value(doc: object, max_message: int) -> RecordData | None:
             if type(value) is str and len(value) <= max_message:  # chars: at most 4 bytes each, checked below
                 data = value.encode()
                 if len(data) <= max_message:
-                    return RecordData(data, None, [], None)
+                    return data
     return None
 
 
 def _parse_messages(doc: object, max_message: int) -> tuple[list[tuple[int | None, RecordData]], bool]:
     one = _one_value(doc, max_message)
     if one is not None:
-        return [(None, one)], True
+        return [(None, RecordData(one, None, [], None))], True
     if not isinstance(doc, dict):
         raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object with a 'messages' array")
     messages = doc.get("messages")
@@ -271,11 +271,11 @@ def produce_now(
     topic = config.name
     if partition is not None and 0 <= partition < config.partitions:  # the common request: one message, fixed
         try:
-            record = _one_value(orjson.loads(body), broker.config.max_message_bytes)
+            value = _one_value(orjson.loads(body), broker.config.max_message_bytes)
         except orjson.JSONDecodeError:
             return None
-        if record is not None:
-            return _one_now(broker, caller, topic, partition, record, len(body))
+        if value is not None:
+            return _one_now(broker, caller, topic, partition, value, len(body))
     try:
         routed = _route(broker, topic, partition, body, config, take=False)
     except ApiError:
@@ -299,12 +299,12 @@ def produce_now(
 
 
 def _one_now(
-    broker: Broker, caller: Caller, topic: str, partition: int, record: RecordData, size: int
+    broker: Broker, caller: Caller, topic: str, partition: int, value: bytes, size: int
 ) -> PendingReply | None:
-    """:func:`produce_now` of one message to a partition the request names."""
+    """:func:`produce_now` of one message, a value alone, to a partition the request names."""
     if not broker.owns(topic, partition):
         return None
-    pending = produce_records_now(broker, caller, topic, partition, [record])
+    pending = produce_value_now(broker, caller, topic, partition, value)
     if pending is None:
         return None
 

@@ -4,6 +4,7 @@ and paid, metered, traced), or handed to the owner when the partition is another
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from server import metrics
@@ -17,9 +18,17 @@ from server.messaging.forwarder import BATCH_CONTENT_TYPE, answer_of, call_parti
 from server.partition.loaded import LoadedPartition, ProduceResult, Stored, as_api_error
 from server.security.guard import pay
 from server.trace.recorder import SIDE_PREFIXES
-from talos import RecordData, encode_batch, read_header
+from talos import BatchHeader, RecordData, encode_batch, read_header
+from talos._codec import one_value_batch
 
-__all__ = ["PendingProduce", "produce_batch", "produce_records", "produce_records_now", "store_batches"]
+__all__ = [
+    "PendingProduce",
+    "produce_batch",
+    "produce_records",
+    "produce_records_now",
+    "produce_value_now",
+    "store_batches",
+]
 
 
 async def store_batches(
@@ -183,18 +192,36 @@ def produce_records_now(
     if loaded is None:
         return None
     batch = bytearray(encode_batch(records))
-    header = read_header(batch, whole=False)
+    return _append_now(broker, caller, loaded, batch, read_header(batch, whole=False))
+
+
+def produce_value_now(
+    broker: Broker, caller: Caller, topic: str, partition: int, value: bytes
+) -> PendingProduce | None:
+    """:func:`produce_records_now` of one message that is a value alone (no key, headers or timestamp): the
+    single-message produce's, its batch made without a record list."""
+    loaded = broker.loaded_now(topic, partition)
+    if loaded is None:
+        return None
+    batch, header = one_value_batch(value, int(time.time() * 1000))
+    return _append_now(broker, caller, loaded, batch, header)
+
+
+def _append_now(
+    broker: Broker, caller: Caller, loaded: LoadedPartition, batch: bytearray, header: BatchHeader
+) -> PendingProduce | None:
     if not loaded.takes_now(header):
         return None
+    topic = loaded.topic
     charge = admit_now(broker, caller, topic, "produce", len(batch))
     if charge is None:
         return None
-    metered = Metered(broker, caller, topic, partition)
+    metered = Metered(broker, caller, topic, loaded.index)
     stored = loaded.append_now(batch, header)
     if stored is None:  # the log refused the append: the full path answers why, and charges again
         charge.refund()
         return None
-    metered.sizes.update(bytes_in=len(batch), messages_in=len(records))
+    metered.sizes.update(bytes_in=len(batch), messages_in=header.record_count)
     return PendingProduce(broker, caller, stored, batch, metered)
 
 

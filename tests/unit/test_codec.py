@@ -20,6 +20,7 @@ from talos import (
     set_base_offset,
     verify_batch,
 )
+from talos._codec import one_value_batch
 
 pytestmark = pytest.mark.usefixtures("codec_implementation")  # each test: pure Python, then compiled
 
@@ -141,3 +142,10 @@ def test_garbage_is_not_a_batch() -> None:
         verify_batch(b"\x00" * 100)
     with pytest.raises(CorruptBatchError, match="magic"):
         verify_batch(b"\x00" * 12 + b"\x07" + b"\x00" * 100)
+
+
+@given(st.binary(max_size=40_000), st.integers(min_value=0, max_value=2**62))
+def test_one_value_batch_is_encode_batch_of_that_value_and_its_header(value: bytes, now: int) -> None:
+    batch, header = one_value_batch(value, now)
+    assert batch == encode_batch([RecordData(value, None, [], now)])
+    assert header == read_header(batch) == verify_batch(batch)

@@ -376,7 +376,9 @@ class Broker:
         return self.owner_of(partition_key(topic, index))
 
     def owns(self, topic: str, index: int) -> bool:
-        return self.owner(topic, index).local
+        if self.cluster is None:  # standalone: every partition is ours (no key to make per produce)
+            return True
+        return self.cluster.owner_of(partition_key(topic, index)).local
 
     def owner_of(self, key: str) -> Owner:
         """Who the ring gives ``key`` now (this server when standalone)."""

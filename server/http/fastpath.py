@@ -256,7 +256,10 @@ class FastPath:
                 memo.raw, memo.topic, memo.state, memo.config = raw_headers, topic, broker.security.state, config
                 memo.headers, memo.principal, memo.caller = headers, principal, caller
         if len(body) <= self.body_limit(hot):  # else the task path answers 413
-            now = messages.produce_now(broker, caller, config, hot.partition, headers.get("content-type"), body)
+            try:
+                now = messages.produce_now(broker, caller, config, hot.partition, headers.get("content-type"), body)
+            except ApiError as exc:  # a quota in debt: the same 429 the task path answers
+                return error_reply(exc)
             if now is not None:
                 return now
         return Declined(principal, dict(headers))  # a copy: the task path names the client in it

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,9 +18,12 @@ from fencing import StorageError
 from server.broker import Broker
 from server.config import ServerConfig
 from server.errors import ApiError
+from server.http.fastpath import FastPath, HeadMemo, route
 from server.messaging.caller import Caller
 from server.messaging.produce import produce_records, produce_records_now
+from server.peers import Reply
 from server.topics import TopicConfig
+from server.web import ASGIApp
 from talos import RecordData, decode_batches, encode_batch, read_header
 
 ADMIN = Caller()
@@ -133,6 +136,14 @@ def test_a_quota_with_room_is_charged_here_and_refunded_if_the_log_refuses(tmp_p
         with pytest.raises(ApiError) as refused:
             produce_records_now(broker, acme, "t", 0, [_record(b"c")])
         assert (refused.value.status, refused.value.retriable) == (429, True)
+        assert loaded.log.next_offset == end
+        # Through the HTTP edge's no-await path, a request (or a repeated head) gets the 429 as its answer.
+        fast = FastPath(cast(ASGIApp, None), lambda: broker)
+        head = [(b"x-talos-tenant", b"acme"), (b"content-type", b"application/json")]
+        hot = route("POST", "/v1/topics/t/partitions/0/messages")
+        assert hot is not None
+        answer = fast.answer_now(hot, head, b'{"messages":[{"value":"c"}]}', client=None, memo=HeadMemo())
+        assert isinstance(answer, Reply) and answer.status == 429 and b"QUOTA_EXCEEDED" in answer.body
         assert loaded.log.next_offset == end
 
         requests.tokens, sized.tokens = 100.0, 1e6

@@ -157,13 +157,15 @@ class PendingProduce:
     """Records :func:`produce_records_now` appended, waiting for their group's flush: :meth:`result` once
     ``durable`` is done meters, traces and answers them as :func:`produce_records` would."""
 
-    __slots__ = ("_batch", "_broker", "_caller", "_metered", "durable", "stored")
+    __slots__ = ("_batch", "_broker", "_caller", "_key", "_messages", "_started", "durable", "stored")
 
-    def __init__(self, broker: Broker, caller: Caller, stored: Stored, batch: bytearray, metered: Metered) -> None:
+    def __init__(self, broker: Broker, caller: Caller, stored: Stored, batch: bytearray, messages: int) -> None:
         self._broker = broker
         self._caller = caller
         self._batch = batch
-        self._metered = metered
+        self._messages = messages
+        self._key = (caller.billed, stored.partition.topic, stored.partition.index)  # as Metered meters it
+        self._started = time.monotonic()
         self.stored = stored
         self.durable = stored.durable
 
@@ -173,9 +175,9 @@ class PendingProduce:
         try:
             answer = loaded.result_of(self.stored)
         except Exception as exc:
-            self._metered.__exit__(type(exc))
+            self._broker.usage.record(self._key, started=self._started, error=True)
             raise as_api_error(exc) from None
-        self._metered.__exit__(None)
+        self._broker.usage.produced(self._key, started=self._started, size=len(self._batch), messages=self._messages)
         _trace_produced(self._broker, loaded.topic, loaded.index, [self._batch], [answer], self._caller, True)
         return answer
 
@@ -216,13 +218,11 @@ def _append_now(
     charge = admit_now(broker, caller, topic, "produce", len(batch))
     if charge is None:
         return None
-    metered = Metered(broker, caller, topic, loaded.index)
     stored = loaded.append_now(batch, header)
     if stored is None:  # the log refused the append: the full path answers why, and charges again
         charge.refund()
         return None
-    metered.sizes.update(bytes_in=len(batch), messages_in=header.record_count)
-    return PendingProduce(broker, caller, stored, batch, metered)
+    return PendingProduce(broker, caller, stored, batch, header.record_count)
 
 
 async def produce_batch(

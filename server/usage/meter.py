@@ -69,6 +69,22 @@ class UsageMeter:
         moved = sizes.get("bytes_in", 0) + sizes.get("bytes_out", 0)
         metrics.usage(key, moved, sizes.get("messages_in", 0) + sizes.get("messages_out", 0), error)
 
+    def produced(self, key: Key, *, started: float, size: int, messages: int) -> None:
+        """:meth:`record` of a produce served (``bytes_in`` and ``messages_in``), without a sizes mapping: one per
+        single-message produce."""
+        if key[1] == METRICS_TOPIC:
+            return
+        usage = self._counts.get(key)
+        if usage is None:
+            usage = self._counts[key] = Usage()
+        latency_ms = (time.monotonic() - started) * 1000
+        usage.bytes_in += size
+        usage.messages_in += messages
+        usage.requests += 1
+        usage.latency_ms_sum += latency_ms
+        usage.latency_ms_max = max(usage.latency_ms_max, latency_ms)
+        metrics.usage(key, size, messages, False)
+
     def take(self) -> dict[Key, Usage]:
         counts, self._counts = self._counts, {}
         return counts

@@ -27,6 +27,20 @@ def test_the_meter_sums_per_key_and_skips_its_own_topic() -> None:
     assert meter.take() == {}
 
 
+def test_a_produce_counted_without_sizes_is_counted_as_with_them() -> None:
+    started = time.monotonic() - 0.05
+    by_sizes, direct = UsageMeter(), UsageMeter()
+    for meter in (by_sizes, direct):
+        meter.record(("acme", "orders", 0), started=started, sizes={"bytes_out": 5, "messages_out": 1})
+    by_sizes.record(("acme", "orders", 0), started=started, sizes={"bytes_in": 170, "messages_in": 1})
+    direct.produced(("acme", "orders", 0), started=started, size=170, messages=1)
+    direct.produced(("acme", METRICS_TOPIC, 0), started=started, size=99, messages=1)  # not metered, as record
+    (a,), (b,) = by_sizes.take().values(), direct.take().values()
+    assert (a.bytes_in, a.messages_in, a.bytes_out, a.messages_out, a.requests, a.errors) == (170, 1, 5, 1, 2, 0)
+    assert (b.bytes_in, b.messages_in, b.bytes_out, b.messages_out, b.requests, b.errors) == (170, 1, 5, 1, 2, 0)
+    assert b.latency_ms_max >= 50 and b.latency_ms_sum >= 100
+
+
 def test_records_name_the_window_and_the_key() -> None:
     meter = UsageMeter()
     meter.record(("default", "t", 0), started=time.monotonic(), sizes={"messages_in": 5})

@@ -480,13 +480,22 @@ class LoadedPartition:
                 try:
                     if self.abandoned is not None:
                         raise self.abandoned
-                    work = loop.run_in_executor(self._writes, self._flush, group.check_owner)
+                    work = asyncio.wrap_future(self._writes.submit(self._flush, group.check_owner), loop=loop)
                     work.add_done_callback(_retrieve)  # if abandoned, its late end is nobody's business
                     # Awaited directly: wait_for(shield(...)) took three more passes of the event loop between the
-                    # sync and the answers. At the deadline the wait is cancelled; the flush thread is not (it
-                    # cannot be), and the partition is abandoned either way.
-                    async with asyncio.timeout(self._flush_timeout_s):
+                    # sync and the answers, and asyncio.timeout a measurable part of the flush's own loop time.
+                    # At the deadline the wait is cancelled; the flush thread is not (it cannot be), and the
+                    # partition is abandoned either way.
+                    deadline = loop.call_later(self._flush_timeout_s, work.cancel)
+                    try:
                         durable = await work
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if (task is not None and task.cancelling()) or loop.time() < deadline.when():
+                            raise  # this task is cancelled (the event loop's end), not the flush overdue
+                        raise TimeoutError from None
+                    finally:
+                        deadline.cancel()
                 except TimeoutError:
                     self.abandoned = StorageError(f"a flush took over {self._flush_timeout_s:.0f}s; reloading")
                     log.error("%s/%d: %s", self.topic, self.index, self.abandoned)

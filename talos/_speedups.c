@@ -354,6 +354,90 @@ encode_values(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return section;
 }
 
+/* Big-endian stores, for the batch header. */
+static inline void
+put_be(unsigned char *out, uint64_t n, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        out[i] = (unsigned char)(n & 0xff);
+        n >>= 8;
+    }
+}
+
+static PyObject *crc32c_function; /* crc32c.crc32c, looked up on first use */
+
+/* one_value_batch(value, now, /) -> (batch, crc): the batch of one record that is a value alone, made in one
+   bytearray, header and CRC included (talos._codec._one_value_batch_py). */
+static PyObject *
+one_value_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int64_t now;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !as_int64(args[1], &now)) {
+        return python_twin("_one_value_batch_py", args, nargs);
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    uint64_t field = (uint64_t)size << 1;
+    Py_ssize_t record = uvarint_size(field) + size + 3; /* delta 0, no key, the value's length, it, no headers */
+    Py_ssize_t length = 53 + uvarint_size((uint64_t)record) + record;
+    if (length > INT32_MAX) {
+        return python_twin("_one_value_batch_py", args, nargs); /* its ValueError */
+    }
+    if (crc32c_function == NULL) {
+        PyObject *crc32c = PyImport_ImportModule("crc32c");
+        if (crc32c == NULL) {
+            return NULL;
+        }
+        crc32c_function = PyObject_GetAttrString(crc32c, "crc32c");
+        Py_DECREF(crc32c);
+        if (crc32c_function == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *batch = PyByteArray_FromStringAndSize(NULL, length);
+    if (batch == NULL) {
+        return NULL;
+    }
+    unsigned char *start = (unsigned char *)PyByteArray_AS_STRING(batch);
+    /* >qibIhiqqqhi: base offset 0, length, magic 1, CRC (below), flags 0, 1 record, both timestamps now, no
+       producer (-1), epoch -1, sequence -1. */
+    put_be(start, 0, 8);
+    put_be(start + 8, (uint64_t)length, 4);
+    start[12] = 1;
+    put_be(start + 13, 0, 4);
+    put_be(start + 17, 0, 2);
+    put_be(start + 19, 1, 4);
+    put_be(start + 23, (uint64_t)now, 8);
+    put_be(start + 31, (uint64_t)now, 8);
+    put_be(start + 39, UINT64_MAX, 8);
+    put_be(start + 47, 0xffff, 2);
+    put_be(start + 49, 0xffffffff, 4);
+    unsigned char *out = put_uvarint(start + 53, (uint64_t)record);
+    *out++ = 0; /* zigzag(0): the timestamp delta */
+    *out++ = 1; /* zigzag(-1): no key */
+    out = put_uvarint(out, field);
+    memcpy(out, PyBytes_AS_STRING(args[0]), (size_t)size);
+    out[size] = 0; /* no headers */
+    PyObject *tail = PyMemoryView_FromMemory((char *)start + 17, length - 17, PyBUF_READ);
+    if (tail == NULL) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    PyObject *crc = PyObject_CallOneArg(crc32c_function, tail);
+    Py_DECREF(tail);
+    unsigned long value = crc == NULL ? 0 : PyLong_AsUnsignedLong(crc);
+    if (crc == NULL || (value == (unsigned long)-1 && PyErr_Occurred())) {
+        Py_XDECREF(crc);
+        Py_DECREF(batch);
+        return NULL;
+    }
+    put_be(start + 13, value, 4);
+    PyObject *pair = PyTuple_Pack(2, batch, crc);
+    Py_DECREF(batch);
+    Py_DECREF(crc);
+    return pair;
+}
+
 /* ------------------------------------------------------------------ decoding */
 
 /* Raises CorruptBatchError(message) with the pure-Python codec's wording. */
@@ -757,6 +841,8 @@ static PyMethodDef methods[] = {
      "encode_records(records, now, /) -> (body, first_timestamp, max_timestamp)"},
     {"encode_values", (PyCFunction)(void (*)(void))encode_values, METH_FASTCALL,
      "encode_values(keys, values, delta, /) -> body"},
+    {"one_value_batch", (PyCFunction)(void (*)(void))one_value_batch, METH_FASTCALL,
+     "one_value_batch(value, now, /) -> (batch, crc)"},
     {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL,
      "walk_records(buf, start, end, count, /) -> None"},
     {"decode_records_section", (PyCFunction)(void (*)(void))decode_records_section, METH_FASTCALL,

@@ -122,6 +122,14 @@ def test_encode_values_is_encode_records_with_one_timestamp(
         assert encode_values(keys, values, 0) == encode_records(records, now)[0]
 
 
+@needs_speedups
+@given(
+    st.one_of(st.binary(max_size=200), st.just(b"v" * 9000), odd), st.one_of(INT64, st.integers(-(2**70), 2**70), odd)
+)
+def test_one_value_batch_matches_python(value: object, now: object) -> None:
+    assert outcome(speedups.one_value_batch, value, now) == outcome(codec._one_value_batch_py, value, now)
+
+
 @st.composite
 def sections(draw: st.DrawFn) -> tuple[object, int, int, int, int, int]:
     """A records section, often damaged, in some kind of buffer, with (often wrong) walk/decode arguments."""

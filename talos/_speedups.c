@@ -364,7 +364,7 @@ put_be(unsigned char *out, uint64_t n, int bytes)
     }
 }
 
-static PyObject *crc32c_function; /* crc32c.crc32c, looked up on first use */
+static PyObject *crc32c_function; /* crc32c.crc32c */
 
 /* one_value_batch(value, now, /) -> (batch, crc): the batch of one record that is a value alone, made in one
    bytearray, header and CRC included (talos._codec._one_value_batch_py). */
@@ -382,17 +382,6 @@ one_value_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t length = 53 + uvarint_size((uint64_t)record) + record;
     if (length > INT32_MAX) {
         return python_twin("_one_value_batch_py", args, nargs); /* its ValueError */
-    }
-    if (crc32c_function == NULL) {
-        PyObject *crc32c = PyImport_ImportModule("crc32c");
-        if (crc32c == NULL) {
-            return NULL;
-        }
-        crc32c_function = PyObject_GetAttrString(crc32c, "crc32c");
-        Py_DECREF(crc32c);
-        if (crc32c_function == NULL) {
-            return NULL;
-        }
     }
     PyObject *batch = PyByteArray_FromStringAndSize(NULL, length);
     if (batch == NULL) {
@@ -858,16 +847,25 @@ static struct PyModuleDef speedups_module = {
     .m_methods = methods,
 };
 
+/* module.name, imported (a new reference), or NULL with the error set. */
+static PyObject *
+imported(const char *module, const char *name)
+{
+    PyObject *found = PyImport_ImportModule(module);
+    if (found == NULL) {
+        return NULL;
+    }
+    PyObject *attribute = PyObject_GetAttrString(found, name);
+    Py_DECREF(found);
+    return attribute;
+}
+
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    PyObject *errors = PyImport_ImportModule("talos._errors");
-    if (errors == NULL) {
-        return NULL;
-    }
-    CorruptBatchError = PyObject_GetAttrString(errors, "CorruptBatchError");
-    Py_DECREF(errors);
-    if (CorruptBatchError == NULL) {
+    CorruptBatchError = imported("talos._errors", "CorruptBatchError");
+    crc32c_function = imported("crc32c", "crc32c");
+    if (CorruptBatchError == NULL || crc32c_function == NULL) {
         return NULL;
     }
     str_timestamp = PyUnicode_InternFromString("timestamp");

@@ -235,8 +235,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if (
             end < 4
             or size <= 0
-            or len(chunk) != end + size  # pipelined, or framed otherwise (chunked)
-            or _content_length(cycle.raw_headers) != size
+            or len(chunk) != end + size  # pipelined, or framed otherwise (chunked adds its framing's bytes)
             or not cycle.keep_alive
             or self.access_log  # the lane writes no access log line
         ):
@@ -259,8 +258,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._idle_until = 0.0
         self._phase = _APP
         if isinstance(now, Reply):
-            self._lane_reply = lambda: now
-            self._lane_answer()
+            self._lane_write(now)
         else:
             self._lane_reply = now.reply
             now.durable.after(self._lane_answer)
@@ -269,7 +267,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _lane_answer(self) -> None:
         reply, self._lane_reply = self._lane_reply, None
         assert reply is not None
-        answer = settled(reply)  # also when the client has gone: it meters the request
+        self._lane_write(settled(reply))  # settled also when the client has gone: it meters the request
+
+    def _lane_write(self, answer: Reply) -> None:
         if self.transport.is_closing():
             return
         write_reply(self.transport, answer, self.server_state.default_headers, keep_alive=not self._closing)
@@ -491,17 +491,6 @@ class _Lane(NamedTuple):
     size: int  # the whole request's bytes: the head and its content-length
     hot: Route
     raw_headers: list[tuple[bytes, bytes]]
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int:
-    """The request's ``content-length``; -1 if it has none, or also a ``transfer-encoding``."""
-    length = -1
-    for name, value in headers:
-        if name == b"transfer-encoding":
-            return -1
-        if name == b"content-length":
-            length = int(value) if value.isdigit() else -1
-    return length
 
 
 def protocol_class(limits: ConnectionLimits, fast: FastPath | None = None) -> type[GuardedHttpProtocol]:

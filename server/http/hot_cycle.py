@@ -217,6 +217,15 @@ def settled(reply: Callable[[], Reply]) -> Reply:
         return _INTERNAL
 
 
+def _head_start(status: int, default_headers: list[tuple[bytes, bytes]], content_type: str) -> list[bytes]:
+    """An answer's head up to its content-length's value."""
+    head = [STATUS_LINE[status]]
+    for default, value in default_headers:
+        head += (default, b": ", value, b"\r\n")
+    head += (b"content-type: ", content_type.encode(), b"\r\ncontent-length: ")
+    return head
+
+
 _ok_head: list[Any] = [None, b""]  # uvicorn's default headers, and the head of a 200 JSON answer made with them
 
 
@@ -230,17 +239,12 @@ def write_reply(
         # A produce's answer: the head up to the length is the same until uvicorn's default headers (the date)
         # are replaced, once a second.
         if _ok_head[0] is not default_headers:
-            start = [STATUS_LINE[200]]
-            for default, value in default_headers:
-                start += (default, b": ", value, b"\r\n")
-            start.append(b"content-type: " + JSON.encode() + b"\r\ncontent-length: ")
+            start = _head_start(200, default_headers, JSON)
             _ok_head[:] = (default_headers, b"".join(start))
         transport.write(b"".join((_ok_head[1], b"%d\r\n\r\n" % len(body), body)))
         return
-    head: list[bytes] = [STATUS_LINE[reply.status]]
-    for default, value in default_headers:
-        head += (default, b": ", value, b"\r\n")
-    head += (b"content-type: ", reply.content_type.encode(), b"\r\ncontent-length: ", b"%d" % len(reply.body))
+    head = _head_start(reply.status, default_headers, reply.content_type)
+    head.append(b"%d" % len(body))
     for name, text in reply.headers.items():
         head += (b"\r\n", name.encode("latin-1"), b": ", text.encode("latin-1"))
     if not keep_alive:

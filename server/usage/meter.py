@@ -39,12 +39,14 @@ class Usage:
     latency_ms_sum: float = 0.0
     latency_ms_max: float = 0.0
 
-    def add(self, sizes: Mapping[str, int], *, error: bool, latency_ms: float) -> None:
-        """One request: ``sizes`` holds any of bytes_in, messages_in, bytes_out, messages_out."""
-        self.bytes_in += sizes.get("bytes_in", 0)
-        self.messages_in += sizes.get("messages_in", 0)
-        self.bytes_out += sizes.get("bytes_out", 0)
-        self.messages_out += sizes.get("messages_out", 0)
+    def add(
+        self, *, bytes_in: int, messages_in: int, bytes_out: int, messages_out: int, error: bool, latency_ms: float
+    ) -> None:
+        """One request."""
+        self.bytes_in += bytes_in
+        self.messages_in += messages_in
+        self.bytes_out += bytes_out
+        self.messages_out += messages_out
         self.requests += 1
         self.errors += error
         self.latency_ms_sum += latency_ms
@@ -59,31 +61,39 @@ class UsageMeter:
 
     def record(self, key: Key, *, started: float, sizes: Mapping[str, int] | None = None, error: bool = False) -> None:
         """One request served: ``sizes`` holds any of bytes_in, messages_in, bytes_out, messages_out."""
-        if key[1] == METRICS_TOPIC:
-            return  # metering the meter would never settle
         sizes = sizes or {}
-        usage = self._counts.get(key)
-        if usage is None:
-            usage = self._counts[key] = Usage()
-        usage.add(sizes, error=error, latency_ms=(time.monotonic() - started) * 1000)
-        moved = sizes.get("bytes_in", 0) + sizes.get("bytes_out", 0)
-        metrics.usage(key, moved, sizes.get("messages_in", 0) + sizes.get("messages_out", 0), error)
+        self._count(
+            key,
+            started,
+            sizes.get("bytes_in", 0),
+            sizes.get("messages_in", 0),
+            sizes.get("bytes_out", 0),
+            sizes.get("messages_out", 0),
+            error,
+        )
 
     def produced(self, key: Key, *, started: float, size: int, messages: int) -> None:
         """:meth:`record` of a produce served (``bytes_in`` and ``messages_in``), without a sizes mapping: one per
         single-message produce."""
+        self._count(key, started, size, messages, 0, 0, False)
+
+    def _count(
+        self, key: Key, started: float, bytes_in: int, messages_in: int, bytes_out: int, messages_out: int, error: bool
+    ) -> None:
         if key[1] == METRICS_TOPIC:
-            return
+            return  # metering the meter would never settle
         usage = self._counts.get(key)
         if usage is None:
             usage = self._counts[key] = Usage()
-        latency_ms = (time.monotonic() - started) * 1000
-        usage.bytes_in += size
-        usage.messages_in += messages
-        usage.requests += 1
-        usage.latency_ms_sum += latency_ms
-        usage.latency_ms_max = max(usage.latency_ms_max, latency_ms)
-        metrics.usage(key, size, messages, False)
+        usage.add(
+            bytes_in=bytes_in,
+            messages_in=messages_in,
+            bytes_out=bytes_out,
+            messages_out=messages_out,
+            error=error,
+            latency_ms=(time.monotonic() - started) * 1000,
+        )
+        metrics.usage(key, bytes_in + bytes_out, messages_in + messages_out, error)
 
     def take(self) -> dict[Key, Usage]:
         counts, self._counts = self._counts, {}

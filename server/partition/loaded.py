@@ -521,12 +521,14 @@ class LoadedPartition:
     def _flush(self, check_owner: bool) -> int:
         """In an I/O thread: one write and one sync for everything appended so far. Returns the durable offset."""
         self.flushes += 1
-        if self.log.pending:
+        # A log that failed already raises its remembered error without asking the storage: that says
+        # nothing of it (an append racing the failure can leave a batch pending on such a log).
+        if self.log.pending and self.log.failed is None:
             with self._health.operation(
                 f"a flush of {self.topic}/{self.index}", failures=(StorageError,), answered=(FencedError,)
             ):
                 durable = self.log.flush()
-        else:  # nothing to write (or a log that failed before): it does not ask the storage, so tells nothing
+        else:
             durable = self.log.flush()
         if check_owner:
             self.log.check_owner()  # a load that lost the partition must not answer a fence

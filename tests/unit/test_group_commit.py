@@ -291,3 +291,24 @@ def test_only_flushes_that_write_report_to_the_storage_health(
         await partition.close()
 
     asyncio.run(scenario())
+
+
+def test_a_flush_of_a_log_that_failed_already_says_nothing_of_the_storage(
+    tmp_path: Path, pools: tuple[AffinityExecutor, AffinityExecutor], gated: GatedFileSystem
+) -> None:
+    """A fenced log raises its remembered error without asking the storage: even with a batch pending (an
+    append that raced the failure), that flush is no evidence the storage works (a server whose storage is
+    cut must not look healthy to its peers' step-down checks)."""
+
+    async def scenario() -> None:
+        health = StorageHealth()
+        partition = _partition(tmp_path, pools, gated, group_commit=True)
+        partition._health = health
+        partition.log._fail(FencedError("a newer epoch exists (test)"))  # as a flush that met the fence does
+        partition.log._pending.append(_batch(b"appended past the check"))  # the race, made certain
+        with pytest.raises(FencedError):
+            partition._flush(check_owner=False)
+        assert health.last_ok_ms() == 0
+        await partition.close()
+
+    asyncio.run(scenario())

@@ -104,17 +104,19 @@ class Declined(NamedTuple):
 
 
 class HeadMemo:
-    """What a connection's last no-await produce learnt from its request head: the headers, who asks and the
-    :class:`Caller` served, that it may produce to the topic. A keep-alive client sends the same head again and
-    again; the next request with the same head (byte for byte), to the same topic, while the security state and
+    """What a connection's last no-await request learnt from its head: the headers, who asks and the
+    :class:`Caller` served, that it may produce to (or fetch from: ``kind``) the topic. A keep-alive client sends
+    the same head again and again; the next request of that kind with the same headers (byte for byte), to the
+    same topic, while the security state and
     the topic's configuration are the very objects it was found under (both are replaced, never changed, when
     anything in them changes), is the same caller, allowed the same way, so none of it is done again."""
 
-    __slots__ = ("caller", "config", "headers", "principal", "raw", "state", "topic")
+    __slots__ = ("caller", "config", "headers", "kind", "principal", "raw", "state", "topic")
 
     def __init__(self) -> None:
         self.raw: list[tuple[bytes, bytes]] | None = None
         self.topic = ""
+        self.kind = ""
         self.state: object = None
         self.config: TopicConfig | None = None
         self.headers: dict[str, str] = {}
@@ -217,13 +219,16 @@ class FastPath:
         *,
         client: str | None,
         memo: HeadMemo,
+        raw_query: bytes = b"",
     ) -> Reply | messages.PendingReply | Declined:
-        """:meth:`answer` of a produce whose body is in, without an await: a refusal, or the produce appended to
-        its partition's next flush (answered once that is durable). :class:`Declined` whenever an await is
-        needed (a token this server does not know yet, a partition to load or on another server, a quota that
-        would hold the request, ...): :meth:`answer` then does it all (given the principal and headers found
-        here), and nothing was stored or charged. ``memo``: the connection's, read and kept up to date here."""
-        if hot.kind != "produce":
+        """:meth:`answer` of a produce whose body is in, or of a fetch, without an await: a refusal, a fetch's
+        answer, or the produce appended to its partition's next flush (answered once that is durable).
+        :class:`Declined` whenever an await is needed (a token this server does not know yet, a partition to load
+        or on another server, a quota that would hold the request, a fetch that waits for messages or reads the
+        storage, ...): :meth:`answer` then does it all (given the principal and headers found here), and nothing
+        was stored, charged or metered. ``memo``: the connection's, read and kept up to date here."""
+        kind = hot.kind
+        if kind not in ("produce", "fetch"):
             return Declined(None)
         broker = self._broker()
         topic = hot.topic
@@ -233,12 +238,13 @@ class FastPath:
             and memo.config is config
             and memo.raw == raw_headers
             and memo.topic == topic
+            and memo.kind == kind  # what the principal may do differs by kind: a produce's memo is no fetch's
             and memo.state is broker.security.state
         ):
             headers, principal, caller = memo.headers, memo.principal, memo.caller
         else:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
-            self._name_client(headers, client)
+            self._name_client(headers, client if kind == "produce" else None)
             try:
                 principal = broker.security.authenticate_now(headers)
                 if principal is None:
@@ -246,16 +252,23 @@ class FastPath:
                 _name_tenant(headers, principal)
                 if config is None:  # not known here: the task path looks it up (read-your-writes) and answers
                     return Declined(principal, headers)
-                authorize_message(broker, principal, topic, hot.kind)
+                authorize_message(broker, principal, topic, kind)
             except ApiError as exc:
                 return error_reply(exc)
             caller = caller_of(headers)
             if HOPS_HEADER in headers:  # a forward: whether its client header is believed depends on the cluster
                 memo.raw = None
             else:
-                memo.raw, memo.topic, memo.state, memo.config = raw_headers, topic, broker.security.state, config
+                memo.raw, memo.topic, memo.kind = raw_headers, topic, kind
+                memo.state, memo.config = broker.security.state, config
                 memo.headers, memo.principal, memo.caller = headers, principal, caller
-        if len(body) <= self.body_limit(hot):  # else the task path answers 413
+        if kind == "fetch":
+            assert hot.partition is not None
+            query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
+            fetched = messages.fetch_now(broker, caller, topic, hot.partition, headers.get("accept"), query)
+            if fetched is not None:
+                return fetched
+        elif len(body) <= self.body_limit(hot):  # else the task path answers 413
             try:
                 now = messages.produce_now(broker, caller, config, hot.partition, headers.get("content-type"), body)
             except ApiError as exc:  # a quota in debt: the same 429 the task path answers

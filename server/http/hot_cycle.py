@@ -82,10 +82,13 @@ class HotCycle(RequestResponseCycle):
         self.raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         self._declined: Declined | None = None
         self._reply: Callable[[], Reply] = _nothing_to_say
-        # A produce waits for its whole body before anything runs: then :meth:`answer_now` may answer it without
-        # a task (the protocol starts ``run_asgi`` only if it cannot, or if the body goes over the limit).
-        # One that declares a body over the limit is refused at once, by ``run_asgi``.
-        self.deferred = hot.kind == "produce" and not expect_100_continue and _declared(scope["headers"]) <= body_limit
+        # A produce waits for its whole body before anything runs (a fetch, for the end of its head): then
+        # :meth:`answer_now` may answer it without a task (the protocol starts ``run_asgi`` only if it cannot, or
+        # if the body goes over the limit). One that declares a body over the limit is refused at once, by
+        # ``run_asgi``.
+        self.deferred = (
+            hot.kind in ("produce", "fetch") and not expect_100_continue and _declared(scope["headers"]) <= body_limit
+        )
 
     @property
     def message_event(self) -> asyncio.Event:
@@ -122,7 +125,9 @@ class HotCycle(RequestResponseCycle):
         it needs ``run_asgi`` (which then does it all: nothing was stored)."""
         self.deferred = False
         try:
-            now = self._fast.answer_now(self.hot, self.raw_headers, self.body, client=self._client, memo=self._memo)
+            now = self._fast.answer_now(
+                self.hot, self.raw_headers, self.body, client=self._client, memo=self._memo, raw_query=self._raw_query
+            )
         except Exception:
             log.exception("unexpected error in a hot request")
             now = _INTERNAL

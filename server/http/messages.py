@@ -27,13 +27,14 @@ from server.messaging.fetch import (
     decompression_limit,
     holds_compressed,
     read_batches,
+    read_batches_now,
     trace_delivered,
 )
 from server.messaging.forwarder import BATCH_CONTENT_TYPE, JSON, Reply, call_partition
 from server.messaging.offsets import offsets_here
 from server.messaging.produce import produce_records, produce_records_now, produce_value_now, store_batches
 from server.messaging.records import message_json
-from server.partition.loaded import GroupFuture, LoadedPartition, ProduceResult
+from server.partition.loaded import FetchResult, GroupFuture, LoadedPartition, ProduceResult
 from server.topics import TopicConfig
 from server.web import INT64_MAX, int_param, isolation_param
 from talos import (
@@ -53,6 +54,7 @@ __all__ = [
     "batch_spans",
     "fence_fields",
     "fetch",
+    "fetch_now",
     "message_json",
     "offsets",
     "produce",
@@ -485,6 +487,26 @@ def _page(messages: list[dict[str, object]], next_offset: int, skipped: list[dic
     return answer
 
 
+class _FetchAsked(NamedTuple):
+    """A fetch's query parameters, checked."""
+
+    offset: int
+    max_messages: int
+    max_bytes: int
+    wait_ms: int
+    committed: bool
+
+
+def _fetch_asked(broker: Broker, query: Mapping[str, str]) -> _FetchAsked:
+    return _FetchAsked(
+        int_param(query, "offset", None),
+        int_param(query, "max_messages", 500, low=1, high=100_000),
+        int_param(query, "max_bytes", 1024 * 1024, low=1, high=64 * 1024 * 1024),
+        int_param(query, "wait_ms", 0, high=broker.config.max_wait_ms),
+        isolation_param(query),
+    )
+
+
 async def fetch(
     broker: Broker,
     caller: Caller,
@@ -494,11 +516,7 @@ async def fetch(
     query: Mapping[str, str],
 ) -> Reply:
     """``GET /v1/topics/{t}/partitions/{p}/messages``."""
-    offset = int_param(query, "offset", None)
-    max_messages = int_param(query, "max_messages", 500, low=1, high=100_000)
-    max_bytes = int_param(query, "max_bytes", 1024 * 1024, low=1, high=64 * 1024 * 1024)
-    wait_ms = int_param(query, "wait_ms", 0, high=broker.config.max_wait_ms)
-    committed = isolation_param(query)
+    asked = _fetch_asked(broker, query)
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:
@@ -512,29 +530,102 @@ async def fetch(
             "messages",
             query=query,
             accept=accept,
-            extra_timeout_s=wait_ms / 1000,
+            extra_timeout_s=asked.wait_ms / 1000,
         )
-    result = await read_batches(broker, loaded, caller, offset, max_bytes, wait_ms, committed=committed)
-    batches = result.batches
-    limit = decompression_limit(broker.config)
-    if accept is not None and BATCH_CONTENT_TYPE in accept:
+    result = await read_batches(
+        broker,
+        loaded,
+        caller,
+        asked.offset,
+        asked.max_bytes,
+        asked.wait_ms,
+        committed=asked.committed,
+        until=_until(accept, asked),
+    )
+    page = None
+    if not _binary(accept) and holds_compressed(result.batches):
+        # Decompressing (megabytes, maybe) off the event loop: the codecs release the GIL meanwhile.
+        limit = decompression_limit(broker.config)
+        page = await loaded.on_read_pool(
+            _messages_json, result.batches, asked.offset, asked.max_messages, asked.max_bytes, limit
+        )
+    return _fetched(broker, topic, partition, accept, query, asked, result, page)
+
+
+def fetch_now(
+    broker: Broker,
+    caller: Caller,
+    topic: str,
+    partition: int,
+    accept: str | None,
+    query: Mapping[str, str],
+) -> Reply | None:
+    """:func:`fetch` without an await, of a partition loaded here: what its tail cache holds (a consumer that
+    keeps up reads there), or nothing at its end when the fetch does not wait. None for anything else, an
+    error included (a read of the storage, a wait for messages, read-committed, a rate quota on this server, a
+    compressed batch to decode, a partition elsewhere), and then nothing was metered: :func:`fetch` does it."""
+    try:
+        asked = _fetch_asked(broker, query)
+    except ApiError:
+        return None
+    if asked.committed or not broker.owns(topic, partition):
+        return None
+    loaded = broker.loaded_now(topic, partition)
+    if loaded is None:
+        return None
+    result = read_batches_now(
+        broker,
+        loaded,
+        caller,
+        asked.offset,
+        asked.max_bytes,
+        asked.wait_ms,
+        json=not _binary(accept),
+        until=_until(accept, asked),
+    )
+    return None if result is None else _fetched(broker, topic, partition, accept, query, asked, result, None)
+
+
+def _binary(accept: str | None) -> bool:
+    return accept is not None and BATCH_CONTENT_TYPE in accept
+
+
+def _until(accept: str | None, asked: _FetchAsked) -> int | None:
+    """A JSON page holds ``max_messages`` at most: the batches after the one holding its last are not read (nor
+    billed). The binary answer is the batches themselves, up to ``max_bytes``."""
+    return None if _binary(accept) else asked.offset + asked.max_messages
+
+
+def _fetched(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    accept: str | None,
+    query: Mapping[str, str],
+    asked: _FetchAsked,
+    result: FetchResult,
+    page: dict[str, object] | None,
+) -> Reply:
+    """A fetch's answer from the batches read: the batches themselves, or (``page``, unless made already) their
+    messages as JSON."""
+    batches, offset = result.batches, asked.offset
+    if _binary(accept):
         if "group" in query and broker.trace_sample(topic):  # off: no walk over the batches' headers
             delivered_to = max((h.next_offset for h in batch_headers(batches)), default=0)
             trace_delivered(broker, topic, partition, offset, delivered_to, query["group"], query.get("member"))
         marks = {"x-talos-high-watermark": str(result.high_watermark), "x-talos-start-offset": str(result.start_offset)}
-        if committed:
+        if asked.committed:
             marks["x-talos-last-stable-offset"] = str(result.last_stable_offset)
         if result.next_offset >= 0:
             marks["x-talos-next-offset"] = str(result.next_offset)
         return Reply(200, b"".join(batches), BATCH_CONTENT_TYPE, marks)
-    if holds_compressed(batches):
-        # Decompressing (megabytes, maybe) off the event loop: the codecs release the GIL meanwhile.
-        body = await loaded.on_read_pool(_messages_json, batches, offset, max_messages, max_bytes, limit)
-    else:
-        body = _messages_json(batches, offset, max_messages, max_bytes, limit)
+    body = page
+    if body is None:
+        limit = decompression_limit(broker.config)
+        body = _messages_json(batches, offset, asked.max_messages, asked.max_bytes, limit)
     if result.next_offset >= 0 and _read_through(body, batches, offset):
         body["next_offset"] = max(result.next_offset, int(body["next_offset"]))  # type: ignore[call-overload]
-    if committed:
+    if asked.committed:
         body["last_stable_offset"] = result.last_stable_offset
     if "skipped" in body:
         log.warning("%s/%d: stepped over corrupt stored batches: %s", topic, partition, body["skipped"])

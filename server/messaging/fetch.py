@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -27,6 +28,7 @@ __all__ = [
     "holds_compressed",
     "messages_from",
     "read_batches",
+    "read_batches_now",
     "trace_delivered",
 ]
 
@@ -61,16 +63,19 @@ async def read_batches(
     *,
     committed: bool = False,
     keep_aborted: bool = False,
+    until: int | None = None,
 ) -> FetchResult:
     """Stored batches from ``offset`` on this partition's owner, as ``caller``: within its fetch quota (paid),
-    metered; ``committed``: decided transactions only (``keep_aborted``: see ``LoadedPartition.fetch``). One
-    implementation for REST's fetch, the Kafka listener and the coordinators."""
+    metered; ``committed``: decided transactions only (``keep_aborted``, ``until``: see
+    ``LoadedPartition.fetch``). One implementation for REST's fetch, the Kafka listener and the coordinators."""
     topic, partition = loaded.topic, loaded.index
     buckets = admit(broker, caller, topic, "fetch")
     if buckets:  # read no more than the quota has left
         max_bytes = max(1, min(max_bytes, allowance(buckets)))
     with Metered(broker, caller, topic, partition) as usage:
-        result = await loaded.fetch(offset, max_bytes, wait_ms, committed=committed, keep_aborted=keep_aborted)
+        result = await loaded.fetch(
+            offset, max_bytes, wait_ms, committed=committed, keep_aborted=keep_aborted, until=until
+        )
         batches = result.batches
         if buckets:  # a whole batch can be seconds of a small quota: serve only the records that fit
             batches = trim_to_allowance(batches, offset, allowance(buckets), decompression_limit(broker.config))
@@ -80,6 +85,34 @@ async def read_batches(
     metrics.fetched(topic, size)
     if batches is not result.batches:  # cut short: the reader goes on from the cut, not past what was left out
         result = dataclasses.replace(result, batches=batches, next_offset=-1)
+    return result
+
+
+def read_batches_now(
+    broker: Broker,
+    loaded: LoadedPartition,
+    caller: Caller,
+    offset: int,
+    max_bytes: int,
+    wait_ms: int,
+    *,
+    json: bool,
+    until: int | None = None,
+) -> FetchResult | None:
+    """:func:`read_batches` (read-uncommitted) without an await: what the tail cache holds from ``offset``
+    (``LoadedPartition.fetch_now``), metered. None, with nothing metered, if it needs an await: a rate quota on
+    this server (paying may hold the fetch), a read of the storage, a wait for messages, or (``json``: the
+    answer decodes the batches on the event loop) a compressed batch, decompressed on the read pool."""
+    if broker.security.rates_limited:
+        return None
+    result = loaded.fetch_now(offset, max_bytes, wait_ms, until)
+    if result is None or (json and holds_compressed(result.batches)):
+        return None
+    batches, topic = result.batches, loaded.topic
+    size = sum(len(b) for b in batches)
+    sizes = {"bytes_out": size, "messages_out": messages_from(batches, offset)}
+    broker.usage.record((caller.billed, topic, loaded.index), started=time.monotonic(), sizes=sizes)
+    metrics.fetched(topic, size)
     return result
 
 

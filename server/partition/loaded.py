@@ -564,11 +564,19 @@ class LoadedPartition:
         return self.transactions.last_stable_offset(self.log.durable_offset)
 
     async def fetch(
-        self, offset: int, max_bytes: int, wait_ms: int, *, committed: bool = False, keep_aborted: bool = False
+        self,
+        offset: int,
+        max_bytes: int,
+        wait_ms: int,
+        *,
+        committed: bool = False,
+        keep_aborted: bool = False,
+        until: int | None = None,
     ) -> FetchResult:
         """Stored batches from the one holding ``offset``. ``committed``: only what is below the last stable
         offset, without the batches of aborted transactions (markers stay: they hold offsets readers step
-        over), or with them and the list of those transactions (``keep_aborted``: Kafka's way)."""
+        over), or with them and the list of those transactions (``keep_aborted``: Kafka's way). ``until``: from
+        the tail cache, no batch after the one holding ``until - 1`` (a reader of that many messages at most)."""
         if wait_ms > 0:
             await self.wait_for_data(offset, wait_ms, committed=committed)
         high, start = self.log.durable_offset, self.log.start_offset
@@ -577,10 +585,8 @@ class LoadedPartition:
         stable = self.transactions.last_stable_offset(high) if committed else -1
         if offset >= (stable if committed else high):
             return FetchResult([], high, start, stable)
-        batches = self.tail.read(offset, max_bytes)
-        if batches is not None:
-            metrics.read_from("cache")
-        else:
+        batches = self._cached(offset, max_bytes, until)
+        if batches is None:
             metrics.read_from("storage")
             data = await self.on_read_pool(self.log.read, offset, max_bytes)
             batches = [data] if data else []
@@ -588,6 +594,24 @@ class LoadedPartition:
             return FetchResult(batches, high, start)
         aborted = self.transactions.aborted_between(offset, stable)
         return _committed(batches, high, start, stable, aborted, keep_aborted)
+
+    def fetch_now(self, offset: int, max_bytes: int, wait_ms: int, until: int | None = None) -> FetchResult | None:
+        """:meth:`fetch` (read-uncommitted) without an await: what the tail cache holds from ``offset``, or nothing
+        at the high watermark if ``wait_ms`` is 0. None if it needs an await (a read of the storage, a wait for
+        messages) or would raise (out of range): :meth:`fetch` then does it."""
+        high, start = self.log.durable_offset, self.log.start_offset
+        if offset < start or offset > high or (offset == high and wait_ms > 0):
+            return None
+        if offset == high:
+            return FetchResult([], high, start)
+        batches = self._cached(offset, max_bytes, until)
+        return None if batches is None else FetchResult(batches, high, start)
+
+    def _cached(self, offset: int, max_bytes: int, until: int | None) -> list[bytes | bytearray] | None:
+        batches = self.tail.read(offset, max_bytes, until)
+        if batches is not None:
+            metrics.read_from("cache")
+        return batches
 
     async def wait_for_data(self, offset: int, wait_ms: int, *, committed: bool = False) -> None:
         """Return once a message at ``offset`` is durable (``committed``: decided), or after ``wait_ms`` (a long

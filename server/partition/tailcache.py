@@ -32,15 +32,19 @@ class PartitionTail:
         self._batches.append(batch)
         self._cache.account(self._key, self, len(batch))
 
-    def read(self, offset: int, max_bytes: int) -> list[bytes | bytearray] | None:
-        """Batches from the one holding ``offset``; None if ``offset`` is not cached (read the log)."""
+    def read(self, offset: int, max_bytes: int, until: int | None = None) -> list[bytes | bytearray] | None:
+        """Batches from the one holding ``offset``, up to the one holding ``until - 1`` (a reader that takes that
+        many messages at most needs no more); None if ``offset`` is not cached (read the log)."""
         start = self.start
         if start is None or offset < start:
             return None
         index = bisect.bisect_right(self._ends, offset, lo=self._first)
+        stop = len(self._batches)
+        if until is not None:
+            stop = min(stop, bisect.bisect_left(self._ends, until, lo=index) + 1)
         out: list[bytes | bytearray] = []
         size = 0
-        while index < len(self._batches):
+        while index < stop:
             batch = self._batches[index]
             if out and size + len(batch) > max_bytes:
                 break

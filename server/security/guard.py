@@ -98,6 +98,11 @@ class Security:
         quotas = [tenant.quota for tenant in state.tenants.values()] + list(state.topic_quotas.values())
         self._rates_limited = any(_limits_a_rate(quota) for quota in quotas)
 
+    @property
+    def rates_limited(self) -> bool:
+        """Whether any quota limits a rate (else :meth:`admit` charges nothing and never holds a request)."""
+        return self._rates_limited
+
     async def _io(self, function: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
 

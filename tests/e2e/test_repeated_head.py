@@ -161,3 +161,40 @@ def test_the_connections_last_request_closes_it(secured: tuple[StandaloneServer,
             assert status == 200, body
             assert (headers.get("connection") == "close") == (i == 7)
         assert sock.recv(1) == b""  # closed by the server after the eighth answer
+
+
+def test_a_produce_allowed_on_a_connection_does_not_allow_a_fetch_with_the_same_head(
+    secured: tuple[StandaloneServer, str],
+) -> None:
+    """The connection's memo of a head (who asks, what they may do) is kept per kind of request: a tenant allowed
+    to produce to a topic but not to consume it, sending a fetch whose header lines are byte for byte those of
+    its produce (a GET with the same content type and length), is refused, on the memo's connection as on a
+    new one; granted consume, the same fetch is answered."""
+    server, _ = secured
+    with Admin(server.url, token=ADMIN_TOKEN) as admin:
+        admin.create_tenant("writer")
+        writer = admin.create_token("writer")["token"]
+        admin.grant(TOPIC, "writer", ["produce"])
+    produce = _produce("w0", token=writer)
+    head, body = produce.split(b"\r\n\r\n", 1)
+    fetch = head.replace(
+        f"POST /v1/topics/{TOPIC}/partitions/0/messages".encode(),
+        f"GET /v1/topics/{TOPIC}/partitions/0/messages?offset=0".encode(),
+    )
+    fetch += b"\r\n\r\n" + body
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(produce)
+        ((status, _, answer),) = read_responses(sock, 1)
+        assert status == 200, answer
+        sock.sendall(fetch)
+        ((status, _, answer),) = read_responses(sock, 1)
+    assert status == 403 and json.loads(answer)["error"]["code"] == "FORBIDDEN", answer
+    with Admin(server.url, token=ADMIN_TOKEN) as admin:
+        admin.grant(TOPIC, "writer", ["consume"])
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(produce)
+        assert read_responses(sock, 1)[0][0] == 200
+        sock.sendall(fetch)
+        ((status, _, answer),) = read_responses(sock, 1)
+    assert status == 200, answer
+    assert json.loads(answer)["messages"][0]["value"] == "-"

@@ -20,6 +20,10 @@
    ``--profile``, py-spy samples the server during the Kafka produce and consume phases and the report says
    where the event loop's time goes (codec, record conversion, handlers, the log, the rest); sampling slows
    the server, so take throughput from a run without it.
+7. The clients' CPU per message (this process: the Python loop and librdkafka's threads), and
+   ``cpu_bound_msgs_per_s``: the rate at which server and client together would keep every core of this
+   machine busy. Raw ``write`` needs no client; the Kafka produce cannot pass that bound on a machine the
+   client shares.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -75,19 +80,26 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
+def _own_cpu_seconds() -> float:
+    """This process's CPU time, its client library's threads (librdkafka's) included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Phase:
-    """Times a phase and the server's CPU over it."""
+    """Times a phase, and the server's CPU and the clients' (this process) over it."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
 
     def __enter__(self) -> Phase:
-        self.started, self.cpu = time.perf_counter(), _cpu_seconds(self.pid)
+        self.started, self.cpu, self.client_cpu = time.perf_counter(), _cpu_seconds(self.pid), _own_cpu_seconds()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self.started
         self.cpu = _cpu_seconds(self.pid) - self.cpu
+        self.client_cpu = _own_cpu_seconds() - self.client_cpu
 
 
 def _profiled(pid: int, enabled: bool, out: Path) -> subprocess.Popen[bytes] | None:
@@ -312,6 +324,11 @@ def main() -> None:
                     "msgs_per_s": round(args.messages / phase.seconds),
                     "server_cpu_s": round(phase.cpu, 2),
                     "server_cpu_us_per_msg": round(phase.cpu / args.messages * 1e6, 1),
+                    "client_cpu_us_per_msg": round(phase.client_cpu / args.messages * 1e6, 1),
+                    # Both sides share this machine's cores: the rate at which together they would fill them.
+                    "cpu_bound_msgs_per_s": round(
+                        (os.cpu_count() or 1) / ((phase.cpu + phase.client_cpu) / args.messages)
+                    ),
                 }
                 if api:
                     requests = _kafka_requests(url, api) - before
@@ -324,6 +341,8 @@ def main() -> None:
             kafka_mib_s = report["produce_kafka"]["msgs_per_s"] * len(VALUE) / MIB
             report["raw_mib_s"] = [round(rate) for rate in raw_rates]
             report["produce_kafka_over_raw"] = round(kafka_mib_s / statistics.mean(raw_rates), 2)
+            bound_mib_s = report["produce_kafka"]["cpu_bound_msgs_per_s"] * len(VALUE) / MIB
+            report["produce_kafka_cpu_bound_over_raw"] = round(bound_mib_s / statistics.mean(raw_rates), 2)
             for side in ("produce", "produce_idempotent", "consume"):
                 kafka = "produce_kafka_idempotent" if side == "produce_idempotent" else f"{side}_kafka"
                 rest = "produce_rest_idempotent" if side == "produce_idempotent" else f"{side}_rest"

@@ -34,6 +34,7 @@ from server.config import ServerConfig
 from server.errors import ApiError, error_body
 from server.http.fastpath import Declined, FastPath, HeadMemo, Route, route
 from server.http.hot_cycle import HotCycle, settled, write_reply
+from server.http.messages import PendingReply
 from server.messaging.forwarder import Reply
 
 __all__ = [
@@ -260,6 +261,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if isinstance(now, Reply):
             self._lane_write(now)
         else:
+            assert isinstance(now, PendingReply)  # the lane carries produces only
             self._lane_reply = now.reply
             now.durable.after(self._lane_answer)
         return True
@@ -288,6 +290,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._closing = True
             return
         super().shutdown()
+        if type(self.cycle) is HotCycle:
+            self.cycle.stop_waiting()  # a long poll is answered now (and closes): the drain need not wait for it
 
     def on_message_begin(self) -> None:
         # uvicorn's, without its ASGI scope (a dict of ten keys and a copy of the app state per request): a hot
@@ -361,6 +365,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             expect_100_continue=self.expect_100_continue,
             keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
             on_response=self.on_response_complete,
+            tasks=self.tasks,
         )
         if existing is None or existing.response_complete:
             if not self.cycle.deferred:  # a produce starts once its body is in (on_message_complete)

@@ -220,9 +220,11 @@ class FastPath:
         client: str | None,
         memo: HeadMemo,
         raw_query: bytes = b"",
-    ) -> Reply | messages.PendingReply | Declined:
+        waited: bool = False,
+    ) -> Reply | messages.PendingReply | messages.FetchWait | Declined:
         """:meth:`answer` of a produce whose body is in, or of a fetch, without an await: a refusal, a fetch's
-        answer, or the produce appended to its partition's next flush (answered once that is durable).
+        answer or the wait it must make first (``waited``: asked again once it is over), or the produce appended
+        to its partition's next flush (answered once that is durable).
         :class:`Declined` whenever an await is needed (a token this server does not know yet, a partition to load
         or on another server, a quota that would hold the request, a fetch that waits for messages or reads the
         storage, ...): :meth:`answer` then does it all (given the principal and headers found here), and nothing
@@ -265,7 +267,9 @@ class FastPath:
         if kind == "fetch":
             assert hot.partition is not None
             query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
-            fetched = messages.fetch_now(broker, caller, topic, hot.partition, headers.get("accept"), query)
+            fetched = messages.fetch_now(
+                broker, caller, topic, hot.partition, headers.get("accept"), query, waited=waited
+            )
             if fetched is not None:
                 return fetched
         elif len(body) <= self.body_limit(hot):  # else the task path answers 413

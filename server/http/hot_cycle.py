@@ -22,7 +22,9 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCy
 
 from server.errors import ApiError
 from server.http.fastpath import Declined, FastPath, HeadMemo, Route, error_reply
+from server.http.messages import FetchWait, PendingReply
 from server.messaging.forwarder import JSON, Reply
+from server.partition.loaded import LoadedPartition
 from server.web import check_declared_length
 
 __all__ = ["HotCycle", "settled", "write_reply"]
@@ -54,6 +56,7 @@ class HotCycle(RequestResponseCycle):
         expect_100_continue: bool,
         keep_alive: bool,
         on_response: Callable[[], None],
+        tasks: set[asyncio.Task[None]],
     ) -> None:
         self.scope = scope  # type: ignore[assignment]  # the few keys this cycle and the access log read
         self.transport = transport
@@ -82,6 +85,9 @@ class HotCycle(RequestResponseCycle):
         self.raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         self._declined: Declined | None = None
         self._reply: Callable[[], Reply] = _nothing_to_say
+        self._tasks = tasks
+        self._timer: asyncio.TimerHandle | None = None  # a long poll's end
+        self._waiting_on: LoadedPartition | None = None  # the partition a long poll waits for
         # A produce waits for its whole body before anything runs (a fetch, for the end of its head): then
         # :meth:`answer_now` may answer it without a task (the protocol starts ``run_asgi`` only if it cannot, or
         # if the body goes over the limit). One that declares a body over the limit is refused at once, by
@@ -121,27 +127,86 @@ class HotCycle(RequestResponseCycle):
         return False
 
     def answer_now(self) -> bool:
-        """Answer the request, its body complete, without a task: at once, or from its flush's callback; False if
-        it needs ``run_asgi`` (which then does it all: nothing was stored)."""
+        """Answer the request, its body complete, without a task: at once, from its flush's callback, or (a long
+        poll) once its partition has flushed or its wait is over; False if it needs ``run_asgi`` (which then does
+        it all: nothing was stored)."""
         self.deferred = False
-        try:
-            now = self._fast.answer_now(
-                self.hot, self.raw_headers, self.body, client=self._client, memo=self._memo, raw_query=self._raw_query
-            )
-        except Exception:
-            log.exception("unexpected error in a hot request")
-            now = _INTERNAL
+        now = self._now(waited=False)
         if isinstance(now, Declined):
             self._declined = now  # run_asgi goes on from there
             return False
         self.body = bytearray()
+        self._take(now)
+        return True
+
+    def _now(self, *, waited: bool) -> Reply | PendingReply | FetchWait | Declined:
+        try:
+            return self._fast.answer_now(
+                self.hot,
+                self.raw_headers,
+                self.body,
+                client=self._client,
+                memo=self._memo,
+                raw_query=self._raw_query,
+                waited=waited,
+            )
+        except Exception:
+            log.exception("unexpected error in a hot request")
+            return _INTERNAL
+
+    def _take(self, now: Reply | PendingReply | FetchWait) -> None:
         if isinstance(now, Reply):
             self._respond(now)
             self.on_response = _nothing
+        elif isinstance(now, FetchWait):
+            if self._timer is None:  # the wait begins: its end is the request's
+                self._timer = asyncio.get_running_loop().call_at(now.deadline, self._timed_out)
+            self._waiting_on = now.partition
+            now.partition.when_data(self._data_came)
         else:
             self._reply = now.reply
             now.durable.after(self._durable)
-        return True
+
+    # A long poll waits without a task: the partition calls it back after its next flush, the timer at the end of
+    # its wait, whichever comes first; each looks again, as the task's wait (``LoadedPartition.wait_for_data``)
+    # would. The task path takes over only if the fetch then needs an await (the partition stopped, say).
+
+    def stop_waiting(self) -> None:
+        """The server is shutting down: a long poll waiting without a task is answered now, with what there is."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timed_out()
+
+    def _data_came(self) -> None:
+        self._waiting_on = None
+        self._look_again(waited=False)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self._waiting_on is not None:
+            self._waiting_on.forget_waiting(self._data_came)
+            self._waiting_on = None
+        self._look_again(waited=True)
+
+    def _look_again(self, *, waited: bool) -> None:
+        if self.response_complete:
+            return
+        now = None if self.disconnected else self._now(waited=waited)
+        if isinstance(now, FetchWait):  # woken, and still nothing at its offset: on waiting, to the same end
+            self._take(now)
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if now is None:  # the client went away
+            self.on_response = _nothing
+        elif isinstance(now, Declined):
+            self._declined = now
+            task = asyncio.get_running_loop().create_task(self.run_asgi(None))
+            task.add_done_callback(self._tasks.discard)
+            self._tasks.add(task)  # uvicorn's shutdown waits for it, as for the tasks it starts
+        else:
+            self._take(now)
 
     def _durable(self) -> None:
         answer = settled(self._reply)

@@ -10,6 +10,7 @@ answers it in the REST format, byte for byte what it answers its own clients.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -54,6 +55,7 @@ __all__ = [
     "batch_spans",
     "fence_fields",
     "fetch",
+    "FetchWait",
     "fetch_now",
     "message_json",
     "offsets",
@@ -311,10 +313,11 @@ def _one_now(
         return None
 
     def reply() -> Reply:
-        answer = pending.result()
+        durable = pending.durable_offset()
         metrics.produced(topic, 1, size)
+        loaded = pending.stored.partition
         return Reply(
-            200, _ONE_ANSWER % (partition, answer.base_offset, answer.durable_offset, answer.session, answer.version)
+            200, _ONE_ANSWER % (partition, pending.stored.base_offset, durable, loaded.log.epoch, loaded.version)
         )
 
     return PendingReply(pending.durable, reply)
@@ -552,6 +555,15 @@ async def fetch(
     return _fetched(broker, topic, partition, accept, query, asked, result, page)
 
 
+class FetchWait(NamedTuple):
+    """A fetch with nothing yet at its offset that may wait (:func:`fetch_now`): ask again once ``partition`` has
+    flushed (``LoadedPartition.when_data``), and at ``deadline`` (the event loop's clock) at the latest, as
+    ``waited``: then it is answered with what there is."""
+
+    partition: LoadedPartition
+    deadline: float
+
+
 def fetch_now(
     broker: Broker,
     caller: Caller,
@@ -559,11 +571,14 @@ def fetch_now(
     partition: int,
     accept: str | None,
     query: Mapping[str, str],
-) -> Reply | None:
+    *,
+    waited: bool = False,
+) -> Reply | FetchWait | None:
     """:func:`fetch` without an await, of a partition loaded here: what its tail cache holds (a consumer that
-    keeps up reads there), or nothing at its end when the fetch does not wait. None for anything else, an
-    error included (a read of the storage, a wait for messages, read-committed, a rate quota on this server, a
-    compressed batch to decode, a partition elsewhere), and then nothing was metered: :func:`fetch` does it."""
+    keeps up reads there); at its end, nothing if the fetch does not wait (or ``waited``: its wait is over), or
+    :class:`FetchWait` (a long poll, waiting without a task). None for anything else, an error included (a read
+    of the storage, read-committed, a rate quota on this server, a compressed batch to decode, a partition
+    elsewhere), and then nothing was metered: :func:`fetch` does it."""
     try:
         asked = _fetch_asked(broker, query)
     except ApiError:
@@ -573,13 +588,16 @@ def fetch_now(
     loaded = broker.loaded_now(topic, partition)
     if loaded is None:
         return None
+    wait_ms = 0 if waited else asked.wait_ms
+    if wait_ms and asked.offset == loaded.log.durable_offset and not broker.security.rates_limited:
+        return FetchWait(loaded, asyncio.get_running_loop().time() + wait_ms / 1000)
     result = read_batches_now(
         broker,
         loaded,
         caller,
         asked.offset,
         asked.max_bytes,
-        asked.wait_ms,
+        wait_ms,
         json=not _binary(accept),
         until=_until(accept, asked),
     )

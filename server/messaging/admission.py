@@ -24,9 +24,10 @@ def admit(broker: Broker, caller: Caller, topic: str, kind: str) -> list[TokenBu
 def admit_now(broker: Broker, caller: Caller, topic: str, kind: str, cost: int) -> Charge | None:
     """:func:`admit` and the payment of ``cost`` bytes without an await (``Security.admit_now``): the charge, to
     refund if the request is then not served; None, charging nothing, if paying would hold the request."""
-    if _servers_own(caller, topic):
+    security = broker.security
+    if not security.rates_limited or _servers_own(caller, topic):  # the common case first: no rate limited
         return NO_CHARGE
-    return broker.security.admit_now(caller.billed, topic, kind, cost)
+    return security.admit_now(caller.billed, topic, kind, cost)
 
 
 def _servers_own(caller: Caller, topic: str) -> bool:

@@ -171,15 +171,24 @@ class PendingProduce:
 
     def result(self) -> ProduceResult:
         """The stored records' answer; raises the :class:`ApiError` a failed flush means."""
-        loaded = self.stored.partition
+        self.durable_offset()
+        return self.stored.partition.result_of(self.stored)
+
+    def durable_offset(self) -> int:
+        """The flush's durable offset, once the records are metered and traced as served (:meth:`result` without
+        its tuple, for an answer that needs only this); raises the :class:`ApiError` a failed flush means."""
+        stored, broker = self.stored, self._broker
         try:
-            answer = loaded.result_of(self.stored)
+            durable = stored.durable.result()
         except Exception as exc:
-            self._broker.usage.record(self._key, started=self._started, error=True)
+            broker.usage.record(self._key, started=self._started, error=True)
             raise as_api_error(exc) from None
-        self._broker.usage.produced(self._key, started=self._started, size=len(self._batch), messages=self._messages)
-        _trace_produced(self._broker, loaded.topic, loaded.index, [self._batch], [answer], self._caller, True)
-        return answer
+        broker.usage.produced(self._key, started=self._started, size=len(self._batch), messages=self._messages)
+        loaded = stored.partition
+        if broker.trace_sample(loaded.topic):  # off, no lists made for it
+            answer = loaded.result_of(stored)
+            _trace_produced(broker, loaded.topic, loaded.index, [self._batch], [answer], self._caller, True)
+        return durable
 
 
 def produce_records_now(

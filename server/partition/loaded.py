@@ -167,6 +167,14 @@ class _Group:
         self.check_owner = False  # a fence waits on it: ask the storage after the flush whether we still own it
 
 
+def _wake(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.exception("unexpected error waking a long poll")
+
+
 def as_api_error(error: Exception) -> ApiError:
     """What a client sees when a partition cannot take a request: fenced, storage failing, corrupt."""
     if isinstance(error, ApiError):
@@ -230,6 +238,7 @@ class LoadedPartition:
         self._commit_task: asyncio.Task[None] | None = None
         self._one_at_a_time = asyncio.Lock()  # group commit off: one request per flush
         self._data = asyncio.Event()  # replaced after every commit: long polls wait on it
+        self._waiting: dict[Callable[[], None], None] = {}  # long polls without a task (when_data), in order
         self.flushes = 0
         self.loaded_at = time.monotonic()
         self._flush_timeout_s = flush_timeout_s
@@ -505,9 +514,8 @@ class LoadedPartition:
                 else:
                     self.transactions.durable(durable)  # before any waiter runs: its marker counts
                     group.future.set_result(durable)
-                    for base, end, batch in group.stored:
-                        self.tail.add(base, end, batch)
-                self._data.set()
+                    self.tail.extend(group.stored)
+                self._data_changed()
                 self._data = asyncio.Event()
         finally:
             self._commit_task = None
@@ -543,7 +551,7 @@ class LoadedPartition:
         if self._commit_task is not None:
             self._commit_task.cancel()
         self.tail.clear()
-        self._data.set()
+        self._data_changed()
 
     def _newest_epoch(self, producer_id: int, epoch: int) -> int | None:
         """In an I/O thread, the first write of a producer since this load: the allocator's newest epoch of it,
@@ -613,6 +621,25 @@ class LoadedPartition:
             metrics.read_from("cache")
         return batches
 
+    def when_data(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) after the next flush is done, or once the partition stops serving: a long poll
+        that waits without a task looks again then (``forget_waiting`` if it stops waiting first)."""
+        if self._data.is_set():  # stopped: the event is no longer replaced
+            asyncio.get_running_loop().call_soon(callback)
+        else:
+            self._waiting[callback] = None
+
+    def forget_waiting(self, callback: Callable[[], None]) -> None:
+        self._waiting.pop(callback, None)
+
+    def _data_changed(self) -> None:
+        """Wake the long polls: the tasks waiting on the event, and (in the next pass of the event loop, not
+        inside the commit loop) the callbacks of :meth:`when_data`."""
+        self._data.set()
+        if self._waiting:
+            waiting, self._waiting = self._waiting, {}
+            asyncio.get_running_loop().call_soon(_wake, list(waiting))
+
     async def wait_for_data(self, offset: int, wait_ms: int, *, committed: bool = False) -> None:
         """Return once a message at ``offset`` is durable (``committed``: decided), or after ``wait_ms`` (a long
         poll)."""
@@ -670,7 +697,7 @@ class LoadedPartition:
         try:
             await asyncio.get_running_loop().run_in_executor(self._writes, self._close, seal)
         finally:
-            self._data.set()
+            self._data_changed()
 
     def _close(self, seal: bool) -> None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
+from collections.abc import Iterable
 
 __all__ = ["PartitionTail", "TailCache"]
 
@@ -25,12 +26,24 @@ class PartitionTail:
         return self._bases[self._first] if self._first < len(self._bases) else None
 
     def add(self, base: int, end: int, batch: bytes | bytearray) -> None:
-        if self._first < len(self._ends) and self._ends[-1] != base:
-            self.clear()  # not contiguous (the log was reloaded): start over
-        self._bases.append(base)
-        self._ends.append(end)
-        self._batches.append(batch)
-        self._cache.account(self._key, self, len(batch))
+        self.extend(((base, end, batch),))
+
+    def extend(self, stored: Iterable[tuple[int, int, bytes | bytearray]]) -> None:
+        """Cache ``(base, end, batch)`` in order (a flush's), accounted to the budget at once: once per flush,
+        not per batch (a group of single messages is one batch each)."""
+        size = 0
+        for base, end, batch in stored:
+            if self._first < len(self._ends) and self._ends[-1] != base:
+                if size:
+                    self._cache.account(self._key, self, size)
+                    size = 0
+                self.clear()  # not contiguous (the log was reloaded): start over
+            self._bases.append(base)
+            self._ends.append(end)
+            self._batches.append(batch)
+            size += len(batch)
+        if size:
+            self._cache.account(self._key, self, size)
 
     def read(self, offset: int, max_bytes: int, until: int | None = None) -> list[bytes | bytearray] | None:
         """Batches from the one holding ``offset``, up to the one holding ``until - 1`` (a reader that takes that

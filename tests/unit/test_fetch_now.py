@@ -1,8 +1,9 @@
 """Fetch without an await (``FastPath.answer_now`` of a fetch, ``messages.fetch_now``), against a real standalone
 broker on a temporary directory: what the tail cache holds is answered at once, the same bytes the task path
 answers, metered once; a JSON page reads (and bills) only the batches its messages need; everything that needs an
-await (a wait for messages, a read of the storage, read-committed, a rate quota, a compressed batch to decode, a
-bad parameter) is declined with nothing metered, so the task path decides it."""
+await (a read of the storage, read-committed, a rate quota, a compressed batch to decode, a bad parameter) is
+declined with nothing metered, so the task path decides it; a long poll at the end waits without a task, woken by
+the partition's next flush or answered with nothing once its wait is over."""
 
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def _run(tmp_path: Path, scenario: Callable[[Broker, FastPath], Awaitable[Any]])
     return asyncio.run(main())
 
 
-def _now(fast: FastPath, query: str, *, accept: str | None = None) -> Reply | Declined:
+def _now(
+    fast: FastPath, query: str, *, accept: str | None = None, waited: bool = False
+) -> Reply | messages.FetchWait | Declined:
     raw = [(b"host", b"x")] + ([(b"accept", accept.encode())] if accept else [])
-    answer = fast.answer_now(HOT, raw, b"", client=None, memo=HeadMemo(), raw_query=query.encode())
+    answer = fast.answer_now(HOT, raw, b"", client=None, memo=HeadMemo(), raw_query=query.encode(), waited=waited)
     assert not isinstance(answer, messages.PendingReply)
     return answer
 
@@ -100,7 +103,6 @@ def test_what_needs_an_await_is_declined_and_nothing_is_metered(tmp_path: Path) 
         loaded = broker.loaded_now("t", 0)
         assert loaded is not None
         declined = (
-            "offset=5&wait_ms=100",  # waits for the next message
             "offset=0&isolation=read_committed",
             "offset=6",  # out of range: the task path answers 416
             "offset=x",  # the task path answers 400
@@ -118,8 +120,40 @@ def test_what_needs_an_await_is_declined_and_nothing_is_metered(tmp_path: Path) 
         state = broker.security.state.create_tenant("slow", 0)
         broker.security.state = state.set_quota("slow", None, {"fetch_bytes_per_s": 1e9})
         assert isinstance(_now(fast, "offset=5", accept=BATCH_CONTENT_TYPE), Declined)  # a rate quota: paid
+        assert isinstance(_now(fast, "offset=6&wait_ms=100"), Declined)  # nor does it wait here
         for query in declined:
             assert isinstance(_now(fast, query), Declined)
         assert broker.usage.take() == {}
+
+    _run(tmp_path, scenario)
+
+
+def test_a_long_poll_at_the_end_waits_for_the_next_flush_or_its_deadline(tmp_path: Path) -> None:
+    async def scenario(broker: Broker, fast: FastPath) -> None:
+        loop = asyncio.get_running_loop()
+        wait = _now(fast, "offset=5&wait_ms=100")
+        assert isinstance(wait, messages.FetchWait)
+        assert wait.partition is broker.loaded_now("t", 0)
+        assert 0.05 < wait.deadline - loop.time() <= 0.1
+        assert broker.usage.take() == {}  # nothing answered: nothing metered yet
+        woken: list[str] = []
+        wait.partition.when_data(lambda: woken.append("first"))
+        wait.partition.when_data(lambda: woken.append("second"))
+        gone = lambda: woken.append("gone")  # noqa: E731
+        wait.partition.when_data(gone)
+        wait.partition.forget_waiting(gone)  # a long poll that ended first (its deadline, its client gone)
+        record = RecordData(b"m5", None, [], None)
+        await produce_records(broker, ADMIN, "t", {0: [(0, record)]}, producer={}, durable=True)
+        await asyncio.sleep(0)
+        assert woken == ["first", "second"]  # once each, in order, after the flush
+        page = orjson.loads(_now(fast, "offset=5&wait_ms=100").body)  # type: ignore[union-attr]
+        assert [m["value"] for m in page["messages"]] == ["m5"]
+        over = _now(fast, "offset=6&wait_ms=100", waited=True)  # the deadline passed: what there is, nothing
+        assert isinstance(over, Reply) and orjson.loads(over.body)["messages"] == []
+        await broker.close()
+        stopped: list[str] = []
+        wait.partition.when_data(lambda: stopped.append("stopped"))  # the partition stopped: at once
+        await asyncio.sleep(0)
+        assert stopped == ["stopped"]
 
     _run(tmp_path, scenario)

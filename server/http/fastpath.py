@@ -107,9 +107,9 @@ class HeadMemo:
     """What a connection's last no-await request learnt from its head: the headers, who asks and the
     :class:`Caller` served, that it may produce to (or fetch from: ``kind``) the topic. A keep-alive client sends
     the same head again and again; the next request of that kind with the same headers (byte for byte), to the
-    same topic, while the security state and
-    the topic's configuration are the very objects it was found under (both are replaced, never changed, when
-    anything in them changes), is the same caller, allowed the same way, so none of it is done again."""
+    same topic, while the security state and the topic's configuration are the very objects it was found under
+    (both are replaced, never changed, when anything in them changes), is the same caller, allowed the same way,
+    so none of it is done again."""
 
     __slots__ = ("caller", "config", "headers", "kind", "principal", "raw", "state", "topic")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -174,6 +175,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._memo = HeadMemo()  # what this connection's last produce learnt from its head
         self._chunk: bytes | None = None  # the chunk that began the request being read
         self._lane: _Lane | None = None  # the head of a produce this connection may repeat
+        self._polls: _Polls | None = None  # the head of a fetch it may repeat, with another query
         self._lane_reply: Callable[[], Reply] | None = None  # the lane's request in flight
         self._backlog = bytearray()  # bytes that came while it was
         self._closing = False
@@ -210,6 +212,17 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             and data.startswith(lane.head)
             and (self.cycle is None or self.cycle.response_complete)
             and self._repeat(lane, data)
+        ):
+            return
+        polls = self._polls
+        if (
+            polls is not None
+            and self._head_bytes == 0
+            and len(data) > len(polls.target) + len(polls.rest)
+            and data.startswith(polls.target)
+            and data.endswith(polls.rest)
+            and (self.cycle is None or self.cycle.response_complete)
+            and self._poll(polls, data[len(polls.target) : len(data) - len(polls.rest)])
         ):
             return
         self._idle_until = 0.0
@@ -264,6 +277,47 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             assert isinstance(now, PendingReply)  # the lane carries produces only
             self._lane_reply = now.reply
             now.durable.after(self._lane_answer)
+        return True
+
+    # A consumer sends the same fetch again and again but for its query (the offset moves): a later request on the
+    # connection whose request line starts with the same method and path, whose query is plain (letters, digits and
+    # ``=&_.-``, no escapes), and whose head after the target is byte for byte the last fetch's, arriving whole in
+    # one chunk, is that fetch with another query. It goes to ``FastPath.answer_now`` at once; only an answer at
+    # hand is taken there (a wait, or anything declined, goes through the parser, which asks again).
+
+    def _remember_poll(self, chunk: bytes, cycle: HotCycle) -> None:
+        """``cycle`` (a fetch answered without a task, or waiting without one) began with ``chunk``: if it came
+        whole in it, keep its head for the next fetch with another query."""
+        line_end = chunk.find(b"\r\n")
+        start = chunk.find(b"?", 0, line_end) + 1  # the query, on the request line (not in a header's value)
+        space = chunk.find(b" ", start, line_end)
+        if (
+            not chunk.startswith(b"GET /")
+            or start <= 0
+            or space < 0
+            or not chunk.endswith(b"\r\n\r\n")
+            or chunk.find(b"\r\n\r\n") != len(chunk) - 4  # pipelined with another request
+            or not cycle.keep_alive
+            or self.access_log
+        ):
+            return
+        self._polls = _Polls(chunk[:start], chunk[space:], cycle.hot, cycle.raw_headers)
+
+    def _poll(self, polls: _Polls, query: bytes) -> bool:
+        """Answer the repeated fetch whose query is ``query`` through the lane; False (nothing done) if it must be
+        parsed."""
+        limit = self.limits.max_requests_per_connection
+        if len(query) > _MAX_LANE_QUERY or not _PLAIN_QUERY.fullmatch(query) or (limit and self._requests + 1 >= limit):
+            return False
+        assert self.fast is not None
+        now = self.fast.answer_now(polls.hot, polls.raw_headers, b"", client=None, memo=self._memo, raw_query=query)
+        if not isinstance(now, Reply):
+            return False  # a wait, or declined: nothing was metered; the parser's path does it all
+        metrics.repeated_head()
+        self._requests += 1
+        self._idle_until = 0.0
+        self._phase = _APP
+        self._lane_write(now)
         return True
 
     def _lane_answer(self) -> None:
@@ -405,6 +459,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             size = len(cycle.body)
             if not cycle.answer_now():
                 self._start_asgi_task(cycle, self.app)
+            elif chunk is not None and cycle.hot.kind == "fetch":
+                self._remember_poll(chunk, cycle)
             elif not cycle.response_complete and chunk is not None:  # appended, answered from its flush
                 self._remember(chunk, cycle, size)
 
@@ -496,6 +552,17 @@ class _Lane(NamedTuple):
     size: int  # the whole request's bytes: the head and its content-length
     hot: Route
     raw_headers: list[tuple[bytes, bytes]]
+
+
+class _Polls(NamedTuple):
+    target: bytes  # the request line up to its query: ``GET /v1/topics/t/partitions/0/messages?``
+    rest: bytes  # from the space after the query to the end of the head, byte for byte
+    hot: Route
+    raw_headers: list[tuple[bytes, bytes]]
+
+
+_PLAIN_QUERY = re.compile(rb"[A-Za-z0-9_=&.\-]*")
+_MAX_LANE_QUERY = 1024
 
 
 def protocol_class(limits: ConnectionLimits, fast: FastPath | None = None) -> type[GuardedHttpProtocol]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -198,3 +199,64 @@ def test_a_produce_allowed_on_a_connection_does_not_allow_a_fetch_with_the_same_
         ((status, _, answer),) = read_responses(sock, 1)
     assert status == 200, answer
     assert json.loads(answer)["messages"][0]["value"] == "-"
+
+
+def _fetch(offset: int, *, token: str | None = None, extra: str = "") -> bytes:
+    """One fetch of a message; fetches on one connection differ only in their query."""
+    auth = f"authorization: Bearer {token}\r\n" if token else ""
+    return (
+        f"GET /v1/topics/{TOPIC}/partitions/0/messages?offset={offset}&max_messages=1{extra} HTTP/1.1\r\n"
+        f"host: x\r\n{auth}\r\n"
+    ).encode()
+
+
+def test_repeated_fetches_with_another_query_are_answered_as_parsed_ones(open_server: StandaloneServer) -> None:
+    """A consumer's fetches differ only in their query: after the first, each is taken by the lane (the repeated-
+    heads counter moves) and answered as the parser's path answers it; a query that is not plain (an escape), an
+    error and a fetch that must wait go through the parser, on the same connection, in order."""
+    with socket.create_connection(_address(open_server), timeout=10) as sock:
+        sock.sendall(_produce("first-of-fetches"))
+        ((status, _, body),) = read_responses(sock, 1)
+        start = json.loads(body)["results"][0]["offset"]
+        for i in range(5):
+            sock.sendall(_produce(f"f{i}"))
+            assert read_responses(sock, 1)[0][0] == 200
+    before = _repeated(open_server)
+    with socket.create_connection(_address(open_server), timeout=10) as sock:
+        values = []
+        for offset in range(start, start + 6):
+            sock.sendall(_fetch(offset))
+            ((status, _, body),) = read_responses(sock, 1)
+            assert status == 200, body
+            values.append(json.loads(body)["messages"][0]["value"])
+        assert values == ["first-of-fetches", "f0", "f1", "f2", "f3", "f4"]
+        assert _repeated(open_server) - before == 5  # all but the first
+        escaped = _repeated(open_server)
+        sock.sendall(_fetch(start + 1, extra="&member=a%20b"))  # an escape: parsed, answered the same
+        ((status, _, body),) = read_responses(sock, 1)
+        assert (status, json.loads(body)["messages"][0]["value"]) == (200, "f0")
+        sock.sendall(_fetch(start, extra="&max_bytes=x"))  # an error: the parser's path answers the 400
+        ((status, _, body),) = read_responses(sock, 1)
+        assert (status, json.loads(body)["error"]["code"]) == (400, "INVALID_REQUEST")
+        end = start + 6
+        sock.sendall(_fetch(end, extra="&wait_ms=5000"))  # waits: the parser's path, woken by the next message
+        time.sleep(0.2)
+        httpx.post(f"{open_server.url}/v1/topics/{TOPIC}/partitions/0/messages", json={"messages": [{"value": "w"}]})
+        ((status, _, body),) = read_responses(sock, 1)
+        assert (status, json.loads(body)["messages"][0]["value"]) == (200, "w")
+        assert _repeated(open_server) == escaped  # none of those three took the lane
+
+
+def test_a_revoked_token_is_refused_on_the_next_repeated_fetch(secured: tuple[StandaloneServer, str]) -> None:
+    server, _ = secured
+    with Admin(server.url, token=ADMIN_TOKEN) as admin:
+        made = admin.create_token("acme", name="reader")
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        for offset in range(2):
+            sock.sendall(_fetch(offset, token=made["token"]))
+            assert read_responses(sock, 1)[0][0] == 200
+        with Admin(server.url, token=ADMIN_TOKEN) as admin:
+            admin.revoke_token("acme", made["id"])
+        sock.sendall(_fetch(0, token=made["token"]))
+        ((status, _, body),) = read_responses(sock, 1)
+    assert status == 401 and json.loads(body)["error"]["code"] == "UNAUTHENTICATED"

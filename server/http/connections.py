@@ -297,6 +297,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             or space < 0
             or not chunk.endswith(b"\r\n\r\n")
             or chunk.find(b"\r\n\r\n") != len(chunk) - 4  # pipelined with another request
+            or any(name in _FRAMING for name, _ in cycle.raw_headers)  # a body (in a later chunk, maybe)
             or not cycle.keep_alive
             or self.access_log
         ):
@@ -561,6 +562,7 @@ class _Polls(NamedTuple):
     raw_headers: list[tuple[bytes, bytes]]
 
 
+_FRAMING = (b"content-length", b"transfer-encoding")  # header names as uvicorn keeps them (lower case)
 _PLAIN_QUERY = re.compile(rb"[A-Za-z0-9_=&.\-]*")
 _MAX_LANE_QUERY = 1024
 

@@ -260,3 +260,22 @@ def test_a_revoked_token_is_refused_on_the_next_repeated_fetch(secured: tuple[St
         sock.sendall(_fetch(0, token=made["token"]))
         ((status, _, body),) = read_responses(sock, 1)
     assert status == 401 and json.loads(body)["error"]["code"] == "UNAUTHENTICATED"
+
+
+def test_a_fetch_with_a_body_is_never_repeated_without_the_parser(open_server: StandaloneServer) -> None:
+    """A fetch whose head declares a body (sent in a later chunk) is not kept for the lane: the lane would take
+    the next such head alone and read its body as the next request. The parser frames each request."""
+    head = _fetch(0).replace(b"host: x\r\n", b"host: x\r\ncontent-length: 19\r\n")
+    body = _fetch(0)[:19]  # bytes that would start a request if read as one
+    before = _repeated(open_server)
+    with socket.create_connection(_address(open_server), timeout=10) as sock:
+        for _ in range(3):
+            sock.sendall(head)
+            time.sleep(0.05)  # the body comes in a chunk of its own
+            sock.sendall(body)
+            ((status, _, answer),) = read_responses(sock, 1)
+            assert status == 200, answer
+        sock.sendall(_fetch(0))
+        ((status, _, answer),) = read_responses(sock, 1)
+        assert status == 200, answer
+    assert _repeated(open_server) == before

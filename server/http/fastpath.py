@@ -66,6 +66,11 @@ def _public(path: str) -> bool:
 _TENANT_HEADER_RAW = TENANT_HEADER.encode()
 
 
+def _query(raw_query: bytes) -> dict[str, str]:
+    """A hot request's query parameters (the last of a repeated name)."""
+    return dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
+
+
 class Route(NamedTuple):
     """A request of one of the hot endpoints (a tuple: one per request, cheaper to make than a dataclass)."""
 
@@ -183,7 +188,7 @@ class FastPath:
         ``client``: the peer's ``host:port`` (the message trace records who produced); ``principal``: who asks,
         if :meth:`answer_now` authenticated the request already (with these headers). Raises
         :class:`ConnectionResetError` if the client went away while its body was read."""
-        query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
+        query = _query(raw_query)
         self._name_client(headers, client)
         topic, partition = hot.topic, hot.partition
         try:
@@ -266,9 +271,8 @@ class FastPath:
                 memo.headers, memo.principal, memo.caller = headers, principal, caller
         if kind == "fetch":
             assert hot.partition is not None
-            query = dict(parse_qsl(raw_query.decode("latin-1"))) if raw_query else {}
             fetched = messages.fetch_now(
-                broker, caller, topic, hot.partition, headers.get("accept"), query, waited=waited
+                broker, caller, topic, hot.partition, headers.get("accept"), _query(raw_query), waited=waited
             )
             if fetched is not None:
                 return fetched

@@ -192,10 +192,8 @@ class HotCycle(RequestResponseCycle):
         if self.response_complete:
             return
         now = None if self.disconnected else self._now(waited=waited)
-        if isinstance(now, FetchWait):  # woken, and still nothing at its offset: on waiting, to the same end
-            self._take(now)
-            return
-        if self._timer is not None:
+        # Still nothing at its offset: on waiting, to the same end (``_take`` keeps the timer); else the wait is over.
+        if not isinstance(now, FetchWait) and self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if now is None:  # the client went away

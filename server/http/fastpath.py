@@ -183,10 +183,12 @@ class FastPath:
         *,
         client: str | None = None,
         principal: Principal | None = None,
+        wait_until: float | None = None,
     ) -> Reply:
         """Authenticate, authorize and answer a hot request (``headers``: lower-case names; changed in place).
         ``client``: the peer's ``host:port`` (the message trace records who produced); ``principal``: who asks,
-        if :meth:`answer_now` authenticated the request already (with these headers). Raises
+        if :meth:`answer_now` authenticated the request already (with these headers); ``wait_until``: a long
+        poll that waited already (without a task) waits no later than this (the event loop's clock). Raises
         :class:`ConnectionResetError` if the client went away while its body was read."""
         query = _query(raw_query)
         self._name_client(headers, client)
@@ -204,7 +206,9 @@ class FastPath:
                 )
             assert partition is not None
             if hot.kind == "fetch":
-                return await messages.fetch(broker, caller, topic, partition, headers.get("accept"), query)
+                return await messages.fetch(
+                    broker, caller, topic, partition, headers.get("accept"), query, wait_until=wait_until
+                )
             return await messages.offsets(broker, caller, topic, partition, query)
         except ApiError as exc:
             return error_reply(exc)

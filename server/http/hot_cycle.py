@@ -87,6 +87,7 @@ class HotCycle(RequestResponseCycle):
         self._reply: Callable[[], Reply] = _nothing_to_say
         self._tasks = tasks
         self._timer: asyncio.TimerHandle | None = None  # a long poll's end
+        self._wait_until: float | None = None  # when a long poll that began to wait here must be answered
         self._waiting_on: LoadedPartition | None = None  # the partition a long poll waits for
         # A produce waits for its whole body before anything runs (a fetch, for the end of its head): then
         # :meth:`answer_now` may answer it without a task (the protocol starts ``run_asgi`` only if it cannot, or
@@ -161,6 +162,7 @@ class HotCycle(RequestResponseCycle):
         elif isinstance(now, FetchWait):
             if self._timer is None:  # the wait begins: its end is the request's
                 self._timer = asyncio.get_running_loop().call_at(now.deadline, self._timed_out)
+                self._wait_until = now.deadline
             self._waiting_on = now.partition
             now.partition.when_data(self._data_came)
         else:
@@ -222,7 +224,13 @@ class HotCycle(RequestResponseCycle):
             try:
                 client = self._client if self.hot.kind == "produce" else None
                 reply = await self._fast.answer(
-                    self.hot, headers, self._raw_query, self._read_body, client=client, principal=principal
+                    self.hot,
+                    headers,
+                    self._raw_query,
+                    self._read_body,
+                    client=client,
+                    principal=principal,
+                    wait_until=self._wait_until,
                 )
             except ConnectionResetError:
                 return

@@ -517,9 +517,16 @@ async def fetch(
     partition: int,
     accept: str | None,
     query: Mapping[str, str],
+    *,
+    wait_until: float | None = None,
 ) -> Reply:
-    """``GET /v1/topics/{t}/partitions/{p}/messages``."""
+    """``GET /v1/topics/{t}/partitions/{p}/messages``; ``wait_until``: the latest end of its wait (the event
+    loop's clock), for a long poll that waited already without a task and is then declined by it."""
     asked = _fetch_asked(broker, query)
+    if wait_until is not None:
+        left_ms = max(0, int((wait_until - asyncio.get_running_loop().time()) * 1000))
+        asked = asked._replace(wait_ms=min(asked.wait_ms, left_ms))
+        query = {**query, "wait_ms": str(asked.wait_ms)}  # forwarded as well, if the partition moved meanwhile
     try:
         loaded = await broker.partition(topic, partition)
     except NotOwnerError as exc:

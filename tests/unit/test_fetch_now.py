@@ -157,3 +157,28 @@ def test_a_long_poll_at_the_end_waits_for_the_next_flush_or_its_deadline(tmp_pat
         assert stopped == ["stopped"]
 
     _run(tmp_path, scenario)
+
+
+def test_a_long_poll_declined_after_waiting_waits_only_what_is_left_on_the_task_path(tmp_path: Path) -> None:
+    """A poll that waited without a task and is then declined (a rate quota set meanwhile, its partition stopped)
+    is taken over by the task path: it waits until the end of its first wait, not a whole ``wait_ms`` again."""
+
+    async def scenario(broker: Broker, fast: FastPath) -> None:
+        loop = asyncio.get_running_loop()
+        query = {"offset": "5", "wait_ms": "20000"}
+        started = loop.time()
+        page = await messages.fetch(broker, ADMIN, "t", 0, None, query, wait_until=started + 0.3)
+        waited = loop.time() - started
+        assert orjson.loads(page.body)["messages"] == []
+        assert 0.25 <= waited < 5, waited
+        started = loop.time()
+        over = await messages.fetch(broker, ADMIN, "t", 0, None, query, wait_until=started - 1)  # its end passed
+        assert orjson.loads(over.body)["messages"] == [] and loop.time() - started < 1
+        late = asyncio.create_task(messages.fetch(broker, ADMIN, "t", 0, None, query, wait_until=loop.time() + 10))
+        await asyncio.sleep(0.1)
+        record = RecordData(b"m5", None, [], None)
+        await produce_records(broker, ADMIN, "t", {0: [(0, record)]}, producer={}, durable=True)
+        page = await asyncio.wait_for(late, 5)  # still woken by the next message
+        assert [m["value"] for m in orjson.loads(page.body)["messages"]] == ["m5"]
+
+    _run(tmp_path, scenario)

@@ -23,6 +23,7 @@ from server.app import Shutdown, create_asgi
 from server.config import load_config
 from server.coordination import kazoo_logs
 from server.http.connections import connection_limits, protocol_class, raise_fd_limit
+from server.tls import ServerTLS
 
 log = logging.getLogger("talos.server")
 
@@ -74,6 +75,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
         choices=["admin", "public"],
         help="with auth on, who sees /metrics series by tenant, topic and partition: only the admin token "
         "(default; others get totals) or anyone (env TALOS_METRICS_LABELS)",
+    )
+    tls = parser.add_argument_group("TLS on every listener (env TALOS_TLS_<NAME>; docs/security.md)")
+    tls.add_argument(
+        "--tls-cert", help="certificate chain (PEM): serve HTTPS, wss:// and TLS on the Kafka port (reloaded on change)"
+    )
+    tls.add_argument("--tls-key", help="its private key (PEM; default: in the --tls-cert file)")
+    tls.add_argument("--tls-ca", help="CA bundle (PEM) for client certificates and for the other servers' certificates")
+    tls.add_argument(
+        "--tls-client-auth",
+        choices=["none", "optional", "required"],
+        help="ask clients for a certificate signed by --tls-ca (default none)",
     )
     limits = parser.add_argument_group("client connections (env TALOS_<NAME>, e.g. TALOS_HEADER_TIMEOUT_S)")
     for flag, kind, text in CONNECTION_FLAGS:
@@ -287,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(member)
     member.add_argument("--zk", help="ZooKeeper: HOST:PORT[,HOST:PORT...][/chroot] (env TALOS_ZK)")
     member.add_argument("--storage", help="hdfs://host:port/path or file:///shared/path (env TALOS_STORAGE)")
-    member.add_argument("--advertised-url", help="URL other servers and clients use (default http://HOST:PORT)")
+    member.add_argument(
+        "--advertised-url", help="URL other servers and clients use (default http://HOST:PORT, https with TLS)"
+    )
     member.add_argument("--server-id", help="stable id, kept across restarts (default HOSTNAME-PORT)")
     member.add_argument("--zk-session-timeout", type=_seconds, help="seconds (default 10)")
     member.add_argument("--join-delay", type=_seconds, help="seconds a new server waits to join the ring (5)")
@@ -333,6 +347,10 @@ def main(argv: list[str] | None = None) -> None:
         "metrics_labels": args.metrics_labels,
         "kafka_port": args.kafka_port,
         "kafka_advertised": args.kafka_advertised,
+        "tls_cert_file": args.tls_cert,
+        "tls_key_file": args.tls_key,
+        "tls_ca_file": args.tls_ca,
+        "tls_client_auth": args.tls_client_auth,
     }
     flags.update(
         header_timeout_s=args.header_timeout,
@@ -371,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError("shutdown_timeout_s must be > 0")
         # Before anything opens a file: the cap on connections keeps the server clear of EMFILE.
         limits = connection_limits(config, raise_fd_limit())
+        tls = ServerTLS.of(config)  # files that do not load stop the start here, saying which
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     handler = logging.StreamHandler(sys.stderr)
@@ -381,12 +400,12 @@ def main(argv: list[str] | None = None) -> None:
     kazoo_logs.install()
     what = f"server {config.member_id} (ZooKeeper {config.zk})" if config.clustered else "standalone"
     print(
-        f"talos {what} on http://{config.host}:{config.port} (storage {config.storage}; docs at /docs)",
+        f"talos {what} on {config.scheme}://{config.host}:{config.port} (storage {config.storage}; docs at /docs)",
         file=sys.stderr,
         flush=True,
     )
     shutdown = Shutdown(config.shutdown_timeout_s)
-    app = create_asgi(config, shutdown)
+    app = create_asgi(config, shutdown, tls)
     logging.getLogger("uvicorn.error").addFilter(_ExpectedStartupFailure(shutdown))
     server_config = uvicorn.Config(
         app,
@@ -403,7 +422,13 @@ def main(argv: list[str] | None = None) -> None:
         # Push subscriptions' frames are small JSON: compressing each one cost more of the event loop than the
         # socket write it saves (docs/subscriptions.md).
         ws_per_message_deflate=False,
+        # uvicorn's own context is replaced below; these make it say https in its log.
+        ssl_certfile=config.tls_cert_file or None,
+        ssl_keyfile=config.tls_key_file or None,
     )
+    if tls is not None:
+        server_config.load()  # uvicorn loads once: its context is replaced by one that follows the files' changes
+        server_config.ssl = tls.listening_context()
     server = _Server(server_config)
     watchdog = Watchdog(shutdown)
     watchdog.on_signal = lambda sig: server.handle_exit(sig, None)

@@ -39,6 +39,7 @@ from server.loop_watchdog import LoopWatchdog
 from server.portal import pages as portal_pages
 from server.portal.headers import PortalHeaders
 from server.subscriptions import SubscriptionCoordinator
+from server.tls import ServerTLS
 from server.trace.service import TraceService
 from server.transactions.coordinator import TransactionCoordinator
 from server.usage.emitter import UsageEmitter
@@ -87,20 +88,21 @@ class StartupAborted(Exception):
     """A SIGTERM (or SIGINT) came during start-up: the server stopped before serving."""
 
 
-def create_asgi(config: ServerConfig, shutdown: Shutdown | None = None) -> FastPath:
+def create_asgi(config: ServerConfig, shutdown: Shutdown | None = None, tls: ServerTLS | None = None) -> FastPath:
     """The application as served: the fast path for produce/fetch/offsets in front of FastAPI."""
-    app = create_app(config, shutdown)
+    app = create_app(config, shutdown, tls)
     return FastPath(PortalHeaders(app), app.state.broker_of)  # not app.state.broker: a State lookup per call
 
 
-async def _start_broker(config: ServerConfig, shutdown: Shutdown | None) -> Broker:
+async def _start_broker(config: ServerConfig, shutdown: Shutdown | None, tls: ServerTLS | None) -> Broker:
     """``Broker.start``, unless a signal comes first (``shutdown`` begun): then the start-up is cancelled, what it
     opened is closed within the deadline, and the lifespan fails with :class:`StartupAborted` (uvicorn exits
     without serving). Start-up may wait long: for ZooKeeper, for our server id, for the storage."""
+    peer_tls = tls.client_context if tls is not None else None
     if shutdown is None:
-        return await Broker.start(config)
+        return await Broker.start(config, peer_tls=peer_tls)
     if not shutdown.begun:
-        starting = asyncio.ensure_future(Broker.start(config, deadline=lambda: shutdown.deadline))
+        starting = asyncio.ensure_future(Broker.start(config, deadline=lambda: shutdown.deadline, peer_tls=peer_tls))
         while not shutdown.begun:  # polled: the signal comes on another thread, maybe while the loop is stuck
             done, _ = await asyncio.wait({starting}, timeout=0.1)
             if done:
@@ -117,16 +119,18 @@ async def _start_broker(config: ServerConfig, shutdown: Shutdown | None) -> Brok
     raise StartupAborted(f"{shutdown.signal} during start-up")
 
 
-def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAPI:
+def create_app(config: ServerConfig, shutdown: Shutdown | None = None, tls: ServerTLS | None = None) -> FastAPI:
     """The FastAPI application; ``shutdown`` (``python -m server``) bounds its start-up and shutdown by the
-    signals' deadline (else the shutdown gets ``shutdown_timeout_s`` from its start)."""
+    signals' deadline (else the shutdown gets ``shutdown_timeout_s`` from its start); ``tls``: the server's TLS
+    (``python -m server`` gives its HTTP listener the context), for the Kafka listener, the calls to the other
+    servers and the reload of the files."""
     broker_holder: dict[str, Broker] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         watchdog = LoopWatchdog().start()  # logs what blocks the event loop, with its stack (issue 35)
         try:
-            broker = await _start_broker(config, shutdown)
+            broker = await _start_broker(config, shutdown, tls)
         except BaseException:  # a failed or cancelled start-up: no lifespan shutdown follows
             watchdog.stop()
             raise
@@ -147,7 +151,8 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
         tracing.start()
         kafka = KafkaListener(broker, coordinator, transactions) if config.kafka_port else None
         if kafka is not None:
-            await kafka.start()
+            await kafka.start(ssl=tls.listening_context() if tls is not None else None)
+        reloading = asyncio.get_running_loop().create_task(tls.watch(config.tls_reload_s)) if tls else None
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)
         if config.gc_threshold > 0:
@@ -179,6 +184,8 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None) -> FastAP
             if kafka is not None:
                 await step("closing the Kafka listener", kafka.close())
             maintenance.cancel()
+            if reloading is not None:
+                reloading.cancel()
             sweeping.cancel()
             refreshing.cancel()
             if emitting is not None:

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -73,7 +74,7 @@ class NotOwnerError(Exception):
 class Broker:
     """Create with :meth:`start` (it may connect to ZooKeeper); stop with :meth:`close`."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, *, peer_tls: ssl.SSLContext | None = None) -> None:
         self.config = config
         self._standalone_owner = Owner(config.member_id, config.url, True)  # member_id asks the OS: once
         self.fs: FileSystem
@@ -100,7 +101,9 @@ class Broker:
         self._round_robin: dict[str, int] = {}  # per topic: how many keyless messages went round
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self.forwarder = Forwarder(max_hops=config.forward_hops, timeout_s=30.0, admin_token=config.admin_token)
+        self.forwarder = Forwarder(
+            max_hops=config.forward_hops, timeout_s=30.0, admin_token=config.admin_token, tls=peer_tls
+        )
         self.usage = UsageMeter()
         self.history = UsageHistory()
         # Message trace: events of traced topics, buffered here, written by server.trace.writer.
@@ -118,11 +121,18 @@ class Broker:
         self._remove_collector: Callable[[], None] = lambda: None
 
     @classmethod
-    async def start(cls, config: ServerConfig, *, deadline: Callable[[], float | None] | None = None) -> Broker:
+    async def start(
+        cls,
+        config: ServerConfig,
+        *,
+        deadline: Callable[[], float | None] | None = None,
+        peer_tls: ssl.SSLContext | None = None,
+    ) -> Broker:
         """Open the storage, join the cluster (or read the topics), load the security document. Cancelled (a
         SIGTERM during start-up: server/app.py), it closes what it opened by ``deadline()`` (a
-        ``time.monotonic()``, or None: ``shutdown_timeout_s`` from then)."""
-        broker = cls(config)
+        ``time.monotonic()``, or None: ``shutdown_timeout_s`` from then). ``peer_tls``: the client context for
+        calls to the other servers (``server.tls``), when they serve TLS."""
+        broker = cls(config, peer_tls=peer_tls)
         broker._loop = asyncio.get_running_loop()
         try:
             if config.clustered:

@@ -89,10 +89,19 @@ class ServerConfig:
     # few requests under load: about a tenth of the event loop's time, and its pauses in the produce p99;
     # docs/performance.md, "Latency tail: garbage collection"). 0 leaves Python's setting.
     gc_threshold: int = 20_000
+    # TLS on every listener (docs/security.md, "TLS"): HTTPS on the HTTP port (REST, the portal, wss:// push), TLS
+    # on the Kafka listener, and to the other servers. Off unless a certificate is set; the files are PEM, reloaded
+    # when they change (looked at every tls_reload_s). tls_ca_file verifies client certificates (tls_client_auth:
+    # none, optional or required) and the other servers' certificates (default: the system's CAs).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""  # default: the key is in tls_cert_file
+    tls_ca_file: str = ""
+    tls_client_auth: str = "none"
+    tls_reload_s: float = 10.0
     # Cluster mode (all unused when zk is empty: one standalone node owning every partition).
     zk: str = ""  # HOST:PORT[,HOST:PORT...][/chroot]
     server_id: str = ""  # stable across restarts (delayed reassignment counts on it); default host-port
-    advertised_url: str = ""  # how clients and other servers reach this one; default http://host:port
+    advertised_url: str = ""  # how clients and other servers reach this one; default http(s)://host:port
     zk_session_timeout_s: float = 10.0
     join_delay_s: float = 5.0  # a new server joins the ring once registered this long
     reassign_delay_s: float = 30.0  # a vanished server's partitions move only after this long
@@ -132,7 +141,12 @@ class ServerConfig:
         if self.advertised_url:
             return self.advertised_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        """``https`` when a TLS certificate is set, else ``http``."""
+        return "https" if self.tls_cert_file else "http"
 
     @property
     def kafka_address(self) -> str:

@@ -12,6 +12,7 @@ Below the services (``server.messaging.forwarder`` says what a call to a partiti
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -60,6 +61,7 @@ class Forwarder:
         pool_size: int = 64,
         admin_token: str = "",
         connect_timeout_s: float = 5.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._max_hops = max_hops
         # The servers' own requests (internal topics, group coordination) carry no client's token: they
@@ -68,13 +70,14 @@ class Forwarder:
         self._timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._pool_size = pool_size
+        self._tls = tls  # for https:// owners: their certificates checked, this server's presented
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             # limit=0: no cap over all owners (with limit == limit_per_host, one owner cut off took every
             # connection and stalled the forwards to the others until its requests timed out).
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self._pool_size)
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=self._pool_size, ssl=self._tls or True)
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return self._session
 

@@ -64,6 +64,7 @@ from talos._futures import RecordFuture, RecordMetadata, RecordsFuture
 from talos._partitioning import SLOTS, partition_for_key, slot_for_key, slot_range
 from talos._producer import AsyncProducer, Producer, ProducerClosedError
 from talos._subscriber import AsyncSubscriber, SubscribedMessage, Subscriber, SubscriberOptions
+from talos._tls import TLS
 from talos._transport import AiohttpTransport, AsyncFunctionTransport, FunctionTransport, Response, Urllib3Transport
 
 __version__ = "0.1.0"
@@ -72,6 +73,7 @@ __all__ = [
     "DEFAULT_URL",
     "HEADER_SIZE",
     "SLOTS",
+    "TLS",
     "Admin",
     "AiohttpTransport",
     "ApiError",

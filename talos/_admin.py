@@ -19,6 +19,7 @@ from talos._admin_call import Call as _Call
 from talos._clients import Asynchronous, Blocking, ClientBase, operation
 from talos._steps import Request, Steps, http
 from talos._tenants import SecurityCalls as calls
+from talos._tls import TLSOption
 from talos._transport import AnyTransport, AsyncTransport, Response, Transport, check
 
 __all__ = [
@@ -275,6 +276,10 @@ class _Admin(ClientBase[AnyTransport]):
 
     With auth on, ``token=`` (default: ``TALOS_TOKEN``) decides what it may do: the admin token manages
     tenants, tokens, grants and quotas; a tenant's token its own topics, tokens and quota requests.
+
+    Over ``https://``, ``tls=`` (a :class:`talos.TLS` or an ``ssl.SSLContext``; default: ``TALOS_CA_FILE``,
+    ``TALOS_CERT_FILE``, ``TALOS_KEY_FILE``) says which CAs to trust and which client certificate to present; the
+    producers, consumers and subscribers take it too.
     """
 
     _transport: AnyTransport
@@ -286,10 +291,11 @@ class _Admin(ClientBase[AnyTransport]):
         timeout: float = 30.0,
         transport: AnyTransport | None = None,
         token: str | None = None,
+        tls: TLSOption = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
-        self._transport = self._connect(transport, token, timeout)
+        self._transport = self._connect(transport, token, timeout, tls=tls)
 
     def _send(self, call: _Call[T]) -> Steps[T]:
         return send(self.url, call, self._timeout)

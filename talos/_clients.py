@@ -11,7 +11,7 @@ A request-and-answer method is declared once on the base with :class:`operation`
 is a plain method, on an asyncio client a coroutine method, each typed as such (``admin.create_topic(...)``
 returns a ``TopicInfo``, ``await async_admin.create_topic(...)`` too).
 
-Imports: ``talos._steps`` and ``talos._transport`` only (and the standard library).
+Imports: ``talos._steps``, ``talos._tls`` and ``talos._transport`` only (and the standard library).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 from talos._steps import Steps, run, run_async
+from talos._tls import TLSOption, client_context
 from talos._transport import (
     AiohttpTransport,
     AnyTransport,
@@ -49,9 +50,15 @@ class ClientBase(ABC, Generic[AnyTransport]):
 
     @abstractmethod
     def _connect(
-        self, transport: AnyTransport | None, token: str | None, timeout: float, pool_size: int = 16
+        self,
+        transport: AnyTransport | None,
+        token: str | None,
+        timeout: float,
+        pool_size: int = 16,
+        tls: TLSOption = None,
     ) -> AnyTransport:
-        """``transport`` or the default one, sending the token (or ``TALOS_TOKEN``)."""
+        """``transport`` or the default one (over ``tls``, else ``TALOS_CA_FILE`` ...: ``talos._tls``), sending the
+        token (or ``TALOS_TOKEN``)."""
 
 
 class Blocking:
@@ -60,10 +67,17 @@ class Blocking:
     _transport: Transport
 
     def _connect(
-        self, transport: Transport | None, token: str | None, timeout: float, pool_size: int = 16
+        self,
+        transport: Transport | None,
+        token: str | None,
+        timeout: float,
+        pool_size: int = 16,
+        tls: TLSOption = None,
     ) -> Transport:
         """``transport`` (default: a urllib3 pool of ``pool_size`` connections) sending the token."""
-        return authorized(transport or Urllib3Transport(pool_size=pool_size, timeout=timeout), token)
+        if transport is None:
+            transport = Urllib3Transport(pool_size=pool_size, timeout=timeout, ssl_context=client_context(tls))
+        return authorized(transport, token)
 
     def _run(self, steps: Steps[R]) -> R:
         return run(steps, self._transport)
@@ -84,11 +98,18 @@ class Asynchronous:
     _transport: AsyncTransport
 
     def _connect(
-        self, transport: AsyncTransport | None, token: str | None, timeout: float, pool_size: int = 16
+        self,
+        transport: AsyncTransport | None,
+        token: str | None,
+        timeout: float,
+        pool_size: int = 16,
+        tls: TLSOption = None,
     ) -> AsyncTransport:
         """``transport`` (default: an aiohttp session) sending the token. One event loop serves every
         request, so the pool is not sized by the caller's concurrency: ``pool_size`` is not used."""
-        return authorized_async(transport or AiohttpTransport(timeout=timeout), token)
+        if transport is None:
+            transport = AiohttpTransport(timeout=timeout, ssl_context=client_context(tls))
+        return authorized_async(transport, token)
 
     async def _run(self, steps: Steps[R]) -> R:
         return await run_async(steps, self._transport)

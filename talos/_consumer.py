@@ -33,6 +33,7 @@ from talos._group_coordinator import (
 )
 from talos._routing import RouteTable
 from talos._steps import Steps
+from talos._tls import TLSOption
 from talos._transport import AnyTransport, AsyncTransport, Transport
 
 __all__ = ["AsyncConsumer", "Consumer"]
@@ -68,6 +69,7 @@ class _Consumer(ClientBase[AnyTransport]):
         route_to_owner: bool = True,
         transport: AnyTransport | None = None,
         token: str | None = None,
+        tls: TLSOption = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._topics, assigned = list(topics), list(partitions)
@@ -79,7 +81,7 @@ class _Consumer(ClientBase[AnyTransport]):
             broadcast=broadcast,
             instance=instance,
         )
-        self._transport = self._connect(transport, token, request_timeout_s, 32)
+        self._transport = self._connect(transport, token, request_timeout_s, 32, tls)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms

@@ -30,6 +30,7 @@ from talos._routing import RouteTable, refresh_steps
 from talos._send_planning import Headers, ManyRecords, build_record, plan_many, queue_many, with_header
 from talos._sender import deliver, poll_checkpoint
 from talos._steps import Steps
+from talos._tls import TLSOption
 from talos._tracecontext import TRACEPARENT_HEADER, current_traceparent
 from talos._transactions import TransactionState, end_transaction, init_transactions, send_offsets
 from talos._transport import AnyTransport, AsyncTransport, Transport
@@ -79,6 +80,7 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
         producer_epoch: int | None = None,
         transport: AnyTransport | None = None,
         token: str | None = None,
+        tls: TLSOption = None,
         compression: str = "none",
         trace_context: bool = False,
         transactional_id: str | None = None,
@@ -90,7 +92,7 @@ class _Producer(ClientBase[AnyTransport], Generic[AnyTransport, Queued]):
             raise ValueError("max_in_flight must be at least 1")
         self._compression = codec_named(compression)  # of every batch's records, once built
         self.url = url.rstrip("/")
-        self._transport = self._connect(transport, token, request_timeout_s, max_in_flight * 2)
+        self._transport = self._connect(transport, token, request_timeout_s, max_in_flight * 2, tls)
         self._routes = RouteTable(self.url, direct=route_to_owner)
         self._transaction = (
             None if transactional_id is None else TransactionState(transactional_id, transaction_timeout_ms)

@@ -26,6 +26,7 @@ import base64
 import concurrent.futures
 import contextlib
 import queue
+import ssl
 import threading
 import time
 import urllib.parse
@@ -40,6 +41,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.sync.client import ClientConnection, connect
 
 from talos._errors import ApiError, TransportError, api_error
+from talos._tls import TLSOption, client_context
 from talos._transport import _token
 
 __all__ = ["AsyncSubscriber", "SubscribedMessage", "Subscriber", "SubscriberOptions"]
@@ -122,6 +124,7 @@ class _Core:
         create: dict[str, object],
         future: Callable[[], Any],
         follow_coordinator: bool,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.urls = [urls] if isinstance(urls, str) else list(urls)
         if not self.urls:
@@ -133,6 +136,7 @@ class _Core:
         self._params = params
         self.subscription = subscription
         self.token = _token(token)
+        self._tls = tls
         self._future = future
         self.pending: dict[Key, tuple[Any, int]] = {}  # settlements not yet confirmed -> (future, ms)
         self._outbox: dict[Key, None] = {}  # settlements to send (again)
@@ -149,6 +153,10 @@ class _Core:
         url = websocket_url(self.urls[self._turn % len(self.urls)], self.subscription, self._params)
         self._turn += 1
         return url
+
+    def tls_for(self, url: str) -> dict[str, Any]:
+        """``connect``'s ``ssl`` option for ``url`` (websockets refuses one for a ``ws://`` URL)."""
+        return {"ssl": self._tls} if self._tls is not None and url.startswith("wss:") else {}
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -246,7 +254,7 @@ class SubscriberOptions(TypedDict, total=False):
     how many unsettled messages it may hold (100). ``reconnect_backoff`` (0.5 s) and ``open_timeout`` (10 s)
     for connections. ``follow_coordinator`` (True): connect to the server coordinating the subscription when
     the first one names it, one hop fewer per message (off where clients cannot reach the servers' advertised
-    URLs)."""
+    URLs). ``tls``: for ``https://`` servers (``wss://``), as the other clients take it (``talos.TLS``)."""
 
     topic: str | None
     token: str | None
@@ -258,6 +266,7 @@ class SubscriberOptions(TypedDict, total=False):
     reconnect_backoff: float
     open_timeout: float
     follow_coordinator: bool
+    tls: TLSOption
 
 
 def _configure(
@@ -283,6 +292,7 @@ def _configure(
         create=create,
         future=future,
         follow_coordinator=options.get("follow_coordinator", True),
+        tls=client_context(options.get("tls")),
     )
     return core, options.get("reconnect_backoff", 0.5), options.get("open_timeout", 10.0)
 
@@ -385,8 +395,12 @@ class Subscriber:
         while not self._stopping.is_set():
             url = self._core.next_url()
             try:
-                ws = connect(
-                    url, additional_headers=self._core.headers(), open_timeout=self._open_timeout, compression=None
+                ws: ClientConnection = connect(
+                    url,
+                    additional_headers=self._core.headers(),
+                    open_timeout=self._open_timeout,
+                    compression=None,
+                    **self._core.tls_for(url),
                 )
             except (OSError, InvalidHandshake, TimeoutError) as exc:
                 refused = _handshake_error(exc)
@@ -508,7 +522,11 @@ class AsyncSubscriber:
             url = self._core.next_url()
             try:
                 ws = await connect_async(
-                    url, additional_headers=self._core.headers(), open_timeout=self._open_timeout, compression=None
+                    url,
+                    additional_headers=self._core.headers(),
+                    open_timeout=self._open_timeout,
+                    compression=None,
+                    **self._core.tls_for(url),
                 )
             except (OSError, InvalidHandshake, TimeoutError) as exc:
                 refused = _handshake_error(exc)

@@ -7,9 +7,10 @@ Sync: ``urllib3`` (a thread-safe connection pool). Async: ``aiohttp``. ``httpx``
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypedDict, TypeVar, Unpack
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack
 
 import orjson
 
@@ -138,11 +139,16 @@ def check(response: Response) -> Response:
 
 
 class Urllib3Transport:
-    def __init__(self, *, pool_size: int = 16, timeout: float = 30.0) -> None:
+    """``ssl_context``: for ``https://`` servers (``talos._tls``); None: the system's CAs."""
+
+    def __init__(
+        self, *, pool_size: int = 16, timeout: float = 30.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         import urllib3
 
         self._urllib3 = urllib3
-        self._pool = urllib3.PoolManager(maxsize=pool_size, block=False, retries=False)
+        tls: dict[str, Any] = {"ssl_context": ssl_context} if ssl_context is not None else {}
+        self._pool = urllib3.PoolManager(maxsize=pool_size, block=False, retries=False, **tls)
         self._timeout = timeout
 
     def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
@@ -171,16 +177,21 @@ class Urllib3Transport:
 
 
 class AiohttpTransport:
-    def __init__(self, *, pool_size: int = 64, timeout: float = 30.0) -> None:
+    """``ssl_context``: for ``https://`` servers (``talos._tls``); None: the system's CAs."""
+
+    def __init__(
+        self, *, pool_size: int = 64, timeout: float = 30.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self._pool_size = pool_size
         self._timeout = timeout
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: object | None = None
 
     def _get_session(self) -> object:
         if self._session is None:
             import aiohttp
 
-            connector = aiohttp.TCPConnector(limit=self._pool_size)
+            connector = aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl)
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 

@@ -7,12 +7,14 @@ PID. ``talos dev services`` runs them from the command line; the test suite's fi
 
 On the server's side of the SDK/server split (the ``talos`` package never imports it at module level; its CLI
 commands do, inside the commands), but needs none of the server's packages: only the standard library and the
-SDK's own modules. It starts the server as a process (``python -m server``) and imports no other module of
-``server`` (``tests/unit/test_import_direction.py`` checks).
+SDK's own modules (and ``cryptography``, imported only to make a cluster's certificates: ``talos cluster up
+--tls``). It starts the server as a process (``python -m server``) and imports no other module of ``server``
+(``tests/unit/test_import_direction.py`` checks).
 """
 
 from __future__ import annotations
 
+from server.devservices._certificates import TlsFiles, make_local_certificates
 from server.devservices._cluster import (
     ClusterServer,
     ClusterSettings,
@@ -48,11 +50,13 @@ __all__ = [
     "SearchServer",
     "ServiceError",
     "StandaloneServer",
+    "TlsFiles",
     "ZooKeeperServer",
     "cache_dir",
     "ensure_hadoop",
     "free_port",
     "free_port_range",
+    "make_local_certificates",
     "recorded_alive",
     "recorded_cluster",
     "relaunch",

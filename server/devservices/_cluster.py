@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from server.devservices._certificates import TlsFiles
 from server.devservices._hdfs import HdfsCluster
 from server.devservices._process import (
     ManagedProcess,
@@ -53,14 +55,18 @@ class ClusterSettings:
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     admin_token: str = ""  # TALOS_ADMIN_TOKEN of the servers (auth is on in cluster mode)
+    tls: TlsFiles | None = None  # the servers serve https (and TLS on their Kafka listeners) with these files
 
     def server_env(self) -> dict[str, str]:
         return {**self.env, "TALOS_ADMIN_TOKEN": self.admin_token} if self.admin_token else dict(self.env)
 
 
-def _get_json(url: str, timeout: float = 2.0, token: str = "") -> dict[str, object]:
+def _get_json(
+    url: str, timeout: float = 2.0, token: str = "", context: ssl.SSLContext | None = None
+) -> dict[str, object]:
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as answer:
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
         data = json.load(answer)
     return data if isinstance(data, dict) else {}
 
@@ -96,7 +102,7 @@ class ClusterServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.settings.tls is not None else 'http'}://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -134,6 +140,7 @@ class ClusterServer:
                 "text",
                 *listen,
                 *self._kafka_args(),
+                *(s.tls.server_args() if s.tls is not None else ()),
                 *s.extra_args,
             ],
         )
@@ -163,7 +170,8 @@ class ClusterServer:
         if self.process is None:
             raise ServiceError(f"server {self.server_id} is not started")
         what = f"talos server {self.server_id} on {self.url}"
-        wait_http_ready(self.process, f"{self.url}/readyz", timeout=timeout, what=what)
+        context = self.settings.tls.client_context() if self.settings.tls is not None else None
+        wait_http_ready(self.process, f"{self.url}/readyz", timeout=timeout, what=what, context=context)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()
@@ -276,7 +284,9 @@ class LocalCluster:
 
     def ring(self, via: ClusterServer | None = None) -> dict[str, int]:
         server = via or next(s for s in self.servers if s.alive())
-        ring = _get_json(f"{server.url}/v1/cluster", token=self.settings.admin_token).get("ring", {})
+        tls = self.settings.tls
+        context = tls.client_context() if tls is not None else None
+        ring = _get_json(f"{server.url}/v1/cluster", token=self.settings.admin_token, context=context).get("ring", {})
         members = ring.get("members", {}) if isinstance(ring, dict) else {}
         return {str(k): int(v) for k, v in members.items()}
 
@@ -296,6 +306,7 @@ class LocalCluster:
                 "datanode_pid": _pid(hdfs.datanode),
             },
             "storage": self.storage,
+            "tls_ca": None if self.settings.tls is None else str(self.settings.tls.ca_file),
             "servers": [
                 {
                     "id": s.server_id,
@@ -337,6 +348,8 @@ class LocalCluster:
             lines.append(f"hdfs {self.hdfs.url} webhdfs={self.hdfs.webhdfs_url}")
         lines.append(f"storage {self.storage}")
         lines.append(f"admin-token {self.base_dir / TOKEN_FILE}")
+        if self.settings.tls is not None:
+            lines.append(f"ca {self.settings.tls.ca_file}")
         return lines
 
     def stop(self) -> None:

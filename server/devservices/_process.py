@@ -6,6 +6,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -176,12 +177,15 @@ class ManagedProcess:
         self.process = None
 
 
-def wait_http_ready(process: ManagedProcess, url: str, *, timeout: float, what: str) -> None:
-    """Until ``GET url`` answers 200; fails at once (with the log's tail) if the process exits."""
+def wait_http_ready(
+    process: ManagedProcess, url: str, *, timeout: float, what: str, context: ssl.SSLContext | None = None
+) -> None:
+    """Until ``GET url`` answers 200; fails at once (with the log's tail) if the process exits. ``context``: for
+    an ``https://`` URL."""
 
     def ready() -> bool:
         process.check_alive()
-        with urllib.request.urlopen(url, timeout=2) as answer:
+        with urllib.request.urlopen(url, timeout=2, context=context) as answer:
             return bool(answer.status == 200)
 
     wait_until(ready, timeout=timeout, what=what)

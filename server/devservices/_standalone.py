@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 from pathlib import Path
 
@@ -22,8 +23,14 @@ class StandaloneServer:
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         source: Path | None = None,
+        tls_ca: Path | None = None,
+        tls_client_cert: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # The CA that signs the server's certificate, when its args or env turn TLS on: then it serves https (and
+        # the readiness check presents ``tls_client_cert``, for a server that requires client certificates).
+        self.tls_ca = tls_ca
+        self.tls_client_cert = tls_client_cert
         self.source = source  # run the server of this checkout (its modules come first: the working directory)
         self.port = port or free_port()
         self.args = args
@@ -32,7 +39,7 @@ class StandaloneServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls_ca is not None else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> StandaloneServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -58,7 +65,12 @@ class StandaloneServer:
         )
         self.process.start()
 
-        wait_http_ready(self.process, f"{self.url}/readyz", timeout=timeout, what=f"talos standalone on {self.url}")
+        context = ssl.create_default_context(cafile=str(self.tls_ca)) if self.tls_ca is not None else None
+        if context is not None and self.tls_client_cert is not None:
+            context.load_cert_chain(self.tls_client_cert)
+        wait_http_ready(
+            self.process, f"{self.url}/readyz", timeout=timeout, what=f"talos standalone on {self.url}", context=context
+        )
         return self
 
     def kill(self) -> None:

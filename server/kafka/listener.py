@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from ssl import SSLContext
 from typing import Any
 
 from server import metrics
@@ -119,14 +120,22 @@ class KafkaListener:
         self._max_connections = config.max_connections or _MAX_CONNECTIONS
         self._max_in_flight_bytes = 4 * config.max_request_bytes
 
-    async def start(self) -> None:
+    async def start(self, *, ssl: SSLContext | None = None) -> None:
+        """Listen; with ``ssl``, TLS: Kafka clients connect with ``security.protocol`` SSL, or SASL_SSL when auth is
+        on (SASL PLAIN inside the TLS session)."""
         config = self._broker.config
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: frame_reader_protocol(self._serve, limit=1 << 20), config.host, config.kafka_port
+            lambda: frame_reader_protocol(self._serve, limit=1 << 20), config.host, config.kafka_port, ssl=ssl
         )
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
-        log.info("kafka listener on %s:%d (advertised %s)", config.host, config.kafka_port, config.kafka_address)
+        log.info(
+            "kafka listener on %s:%d (advertised %s%s)",
+            config.host,
+            config.kafka_port,
+            config.kafka_address,
+            ", TLS" if ssl is not None else "",
+        )
 
     async def close(self) -> None:
         if self._ticker is not None:

@@ -43,14 +43,34 @@ __all__ = ["main"]
     default=None,
     help="Bearer token for servers with auth on [env TALOS_TOKEN; better than a flag, which ps shows].",
 )
-def main(token: str | None) -> None:
+@click.option(
+    "--ca-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CA bundle (PEM) that signs the servers' certificates, for https:// URLs [env TALOS_CA_FILE; default: "
+    "the system's CAs].",
+)
+@click.option(
+    "--cert",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Client certificate (PEM) for servers that ask for one (mTLS) [env TALOS_CERT_FILE].",
+)
+@click.option(
+    "--key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Its private key (PEM) [env TALOS_KEY_FILE; default: in the --cert file].",
+)
+def main(token: str | None, ca_file: str | None, cert: str | None, key: str | None) -> None:
     """Talos: a message queue with compute separated from storage.
 
     Stateless servers place topic partitions on a traffic-weighted consistent-hash ring and keep the
     data on HDFS (or a local disk for one node). Run `talos COMMAND --help` for each command.
     """
-    if token:
-        os.environ["TALOS_TOKEN"] = token  # every client the commands make sends it
+    # Every client the commands make sends the token and uses the TLS files (talos._tls reads the environment).
+    given = {"TALOS_TOKEN": token, "TALOS_CA_FILE": ca_file, "TALOS_CERT_FILE": cert, "TALOS_KEY_FILE": key}
+    os.environ.update({name: value for name, value in given.items() if value})
 
 
 # `talos --help` lists the commands sorted by name, so the order here is only the order of the rooms above.

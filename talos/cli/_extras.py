@@ -20,7 +20,17 @@ __all__ = ["EXTRAS", "missing", "require"]
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "server": (
         "the server",
-        ("fastapi", "uvicorn", "httptools", "hdfs_native", "kazoo", "uhashring", "prometheus_client", "jinja2"),
+        (
+            "fastapi",
+            "uvicorn",
+            "httptools",
+            "hdfs_native",
+            "kazoo",
+            "uhashring",
+            "prometheus_client",
+            "jinja2",
+            "cryptography",
+        ),
     ),
     "connect": ("the connectors", ("hdfs", "opensearchpy", "yaml", "pydantic", "pyarrow")),
     "metering": ("the metering extra", ("pyspark", "pyarrow", "pandas", "duckdb", "pydruid", "yaml", "pydantic")),

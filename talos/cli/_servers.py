@@ -87,6 +87,20 @@ def _connection_limit_options(command: Callable[..., Any]) -> Callable[..., Any]
     help="Seconds from SIGTERM (or Ctrl-C) to exit, whatever hangs: drain, flush and seal; then exit code 124 "
     "[default: 15; env TALOS_SHUTDOWN_TIMEOUT_S].",
 )
+@click.option(
+    "--tls-cert",
+    default=None,
+    help="Certificate chain (PEM): serve HTTPS, wss:// and TLS on the Kafka port; reloaded when the file changes "
+    "[env TALOS_TLS_CERT_FILE; docs/security.md].",
+)
+@click.option("--tls-key", default=None, help="Its private key (PEM) [default: in the --tls-cert file].")
+@click.option("--tls-ca", default=None, help="CA bundle (PEM) that signs client certificates (with --tls-client-auth).")
+@click.option(
+    "--tls-client-auth",
+    type=click.Choice(["none", "optional", "required"]),
+    default=None,
+    help="Ask clients for a certificate signed by --tls-ca [default: none].",
+)
 @_connection_limit_options
 def standalone(
     host: str | None,
@@ -100,6 +114,10 @@ def standalone(
     metrics_labels: str | None,
     kafka_port: int | None,
     shutdown_timeout: float | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    tls_client_auth: str | None,
     **limits: float | None,
 ) -> None:
     """Run one Talos node: local storage, no ZooKeeper, no Java.
@@ -121,6 +139,10 @@ def standalone(
         ("--metrics-labels", metrics_labels),
         ("--kafka-port", kafka_port),
         ("--shutdown-timeout", shutdown_timeout),
+        ("--tls-cert", tls_cert),
+        ("--tls-key", tls_key),
+        ("--tls-ca", tls_ca),
+        ("--tls-client-auth", tls_client_auth),
         *((flag, limits[flag[2:].replace("-", "_")]) for flag, _, _ in _CONNECTION_LIMITS),
     ):
         if value is not None:
@@ -161,6 +183,12 @@ def cluster() -> None:
     show_default=True,
     help="Kafka listeners on consecutive ports from here (0: free ports).",
 )
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Serve HTTPS, wss:// and Kafka over TLS (SASL_SSL) everywhere, servers to each other too, with a CA made "
+    "for this cluster in DIR/tls (clients: TALOS_CA_FILE=DIR/tls/ca.pem).",
+)
 def cluster_up(
     servers: int,
     base_port: int,
@@ -170,16 +198,24 @@ def cluster_up(
     join_delay: float,
     storage: str,
     kafka_base_port: int,
+    tls: bool,
 ) -> None:
     """Start ZooKeeper, HDFS and N servers; return once all are ready, leaving them running.
 
     Prints one `server <id> <url> pid=<pid>` line per server, one `kafka <id> <host:port>` line per server's
-    Kafka listener, then the ZooKeeper and HDFS addresses.
+    Kafka listener, then the ZooKeeper and HDFS addresses (and, with --tls, `ca <path>`: the CA to trust).
     Running it again while the cluster is up prints the same lines and starts nothing.
     Needs the server extra: pip install 'talos-mq[server]'.
     """
     require("cluster up", "server")
-    from server.devservices import ClusterSettings, LocalCluster, ServiceError, recorded_alive, recorded_cluster
+    from server.devservices import (
+        ClusterSettings,
+        LocalCluster,
+        ServiceError,
+        make_local_certificates,
+        recorded_alive,
+        recorded_cluster,
+    )
 
     state = recorded_cluster(base_dir)
     if state is not None:
@@ -198,13 +234,18 @@ def cluster_up(
                 click.echo(f"hdfs {hdfs_info['url']} webhdfs={hdfs_info['webhdfs']}")
             click.echo(f"storage {state.get('storage')}")
             click.echo(f"admin-token {base_dir.resolve() / 'admin-token'}")
+            if state.get("tls_ca"):
+                click.echo(f"ca {state['tls_ca']}")
             click.echo(f"already up (state in {base_dir / 'cluster.json'})", err=True)
             return
         from server.devservices import stop_recorded_cluster
 
         stop_recorded_cluster(base_dir)  # leftovers of a cluster that died: clean them first
     settings = ClusterSettings(
-        zk_session_timeout_s=zk_session_timeout, join_delay_s=join_delay, reassign_delay_s=reassign_delay
+        zk_session_timeout_s=zk_session_timeout,
+        join_delay_s=join_delay,
+        reassign_delay_s=reassign_delay,
+        tls=make_local_certificates(base_dir.resolve() / "tls") if tls else None,
     )
     local = LocalCluster(
         base_dir,
@@ -222,6 +263,9 @@ def cluster_up(
         click.echo(line)
     click.echo(f"up; logs in {base_dir}; `talos cluster down --dir {base_dir}` stops it", err=True)
     click.echo(f"auth is on: export TALOS_TOKEN=$(cat {base_dir / 'admin-token'}) to act as the admin", err=True)
+    if tls:
+        ca = base_dir / "tls" / "ca.pem"
+        click.echo(f"TLS is on: export TALOS_CA_FILE={ca} (curl --cacert {ca}; Kafka: ssl.ca.location)", err=True)
 
 
 @cluster.command("down")

@@ -1,0 +1,344 @@
+"""TLS on every listener of real ``talos standalone`` processes, with clients no one here wrote: curl, confluent-kafka
+and kcat, the ``websockets`` client under the SDK's subscriber, and the SDK itself. Certificates are made here
+(``trustme``), never committed. Refused: a client trusting another CA, plaintext to a TLS port, an expired
+certificate, a missing client certificate where one is required, files that do not load. The certificate is
+reloaded when its files change, and a half-rotated pair (a new certificate, the old key) is not taken."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+
+from server.devservices import StandaloneServer, free_port, wait_until
+from talos import TLS, Admin, Consumer, Producer, Subscriber, TransportError
+
+
+@dataclass
+class Certificates:
+    directory: Path
+    ca: trustme.CA
+    ca_file: Path  # signs the server's certificate and the clients'
+    server_pem: Path  # the server's key and chain, for 127.0.0.1 and localhost
+    client_pem: Path  # a client certificate of ca (CN=acme)
+    other_ca_file: Path  # a CA that signed nothing here
+    stranger_pem: Path  # a client certificate of the other CA
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    directory = tmp_path_factory.mktemp("certs")
+    ca, other = trustme.CA(), trustme.CA()
+    made = Certificates(
+        directory,
+        ca,
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "client.pem",
+        directory / "other-ca.pem",
+        directory / "stranger.pem",
+    )
+    ca.cert_pem.write_to_path(str(made.ca_file))
+    other.cert_pem.write_to_path(str(made.other_ca_file))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(made.server_pem))
+    ca.issue_cert("acme@clients", common_name="acme").private_key_and_cert_chain_pem.write_to_path(str(made.client_pem))
+    stranger = other.issue_cert("stranger@clients", common_name="stranger")
+    stranger.private_key_and_cert_chain_pem.write_to_path(str(made.stranger_pem))
+    return made
+
+
+@dataclass
+class TlsServer:
+    server: StandaloneServer
+    kafka_port: int
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[TlsServer]:
+    kafka_port = free_port()
+    server = StandaloneServer(
+        tmp_path_factory.mktemp("tls") / "data",
+        args=("--tls-cert", str(certs.server_pem), "--tls-ca", str(certs.ca_file), "--tls-client-auth", "optional"),
+        env={"TALOS_KAFKA_PORT": str(kafka_port)},
+        tls_ca=certs.ca_file,
+    )
+    try:
+        server.start()
+        Admin(server.url, tls=TLS(ca_file=str(certs.ca_file))).create_topic("secret", partitions=2)
+        yield TlsServer(server, kafka_port)
+    finally:
+        server.stop()
+
+
+def _run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=60, env=env)
+
+
+def _curl(*args: str) -> subprocess.CompletedProcess[str]:
+    return _run("curl", "-sS", "--max-time", "10", *args)
+
+
+@contextlib.contextmanager
+def _tls_connection(context: ssl.SSLContext, port: int) -> Iterator[ssl.SSLSocket]:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        yield tls
+
+
+def test_curl_with_the_ca_produces_and_fetches_and_is_refused_without_it(
+    tls_server: TlsServer, certs: Certificates
+) -> None:
+    url = f"{tls_server.url}/v1/topics/secret/partitions/0/messages"
+    body = json.dumps({"messages": [{"value": "over tls"}]})
+    produced = _curl("--cacert", str(certs.ca_file), "-H", "content-type: application/json", "-d", body, url)
+    assert produced.returncode == 0, produced.stderr
+    offset = json.loads(produced.stdout)["results"][0]["offset"]
+    fetched = _curl("--cacert", str(certs.ca_file), f"{url}?offset={offset}")
+    assert [m["value"] for m in json.loads(fetched.stdout)["messages"]] == ["over tls"]
+    # A client certificate of the CA is accepted where one is optional.
+    with_cert = _curl("--cacert", str(certs.ca_file), "--cert", str(certs.client_pem), f"{tls_server.url}/readyz")
+    assert json.loads(with_cert.stdout) == {"status": "ready"}
+    for refused in (
+        _curl(f"{tls_server.url}/readyz"),  # the system's CAs
+        _curl("--cacert", str(certs.other_ca_file), f"{tls_server.url}/readyz"),
+    ):
+        assert refused.returncode == 60, refused  # curl: the peer's certificate cannot be verified
+        assert "certificate" in refused.stderr
+    # A client certificate of another CA fails the handshake, even where a certificate is optional.
+    stranger = _curl("--cacert", str(certs.ca_file), "--cert", str(certs.stranger_pem), f"{tls_server.url}/readyz")
+    assert stranger.returncode != 0 and "ready" not in stranger.stdout
+
+
+def test_plaintext_to_the_tls_ports_gets_no_answer_and_the_server_serves_on(
+    tls_server: TlsServer, certs: Certificates
+) -> None:
+    plain = tls_server.url.replace("https://", "http://")
+    answer = _curl(f"{plain}/readyz")
+    assert answer.returncode != 0 and "ready" not in answer.stdout
+    for port in (tls_server.server.port, tls_server.kafka_port):
+        # A Kafka ApiVersions request, then an HTTP request, in the clear: not a TLS ClientHello.
+        assert _answer_to(port, b"\x00\x00\x00\x0e\x00\x12\x00\x00\x00\x00\x00\x01\x00\x04test") == b""
+        assert _answer_to(port, b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n") == b""
+    assert json.loads(_curl("--cacert", str(certs.ca_file), f"{tls_server.url}/readyz").stdout)["status"] == "ready"
+
+
+def _answer_to(port: int, request: bytes) -> bytes:
+    """What the port sends back to ``request`` sent in the clear, until it closes the connection (or resets it)."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        try:
+            while chunk := sock.recv(4096):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    # A TLS alert record at most (content type 21), never an HTTP or Kafka answer.
+    return b"" if received[:1] in (b"", b"\x15") else received
+
+
+def test_the_sdk_produces_and_consumes_over_https_and_trusts_only_its_ca(
+    tls_server: TlsServer, certs: Certificates
+) -> None:
+    tls = TLS(ca_file=str(certs.ca_file), cert_file=str(certs.client_pem))
+    with Producer(tls_server.url, tls=tls) as producer:
+        sent = [producer.send("secret", f"sdk-{i}".encode(), partition=1) for i in range(20)]
+        producer.flush()
+    assert [f.result(10).offset for f in sent] == list(range(sent[0].result(10).offset, sent[0].result(10).offset + 20))
+    with Consumer(tls_server.url, partitions=[("secret", 1)], tls=tls) as consumer:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 20 and time.monotonic() < deadline:
+            got += [m.value for m in consumer.poll(timeout=1) if m.value is not None]
+    assert got == [f"sdk-{i}".encode() for i in range(20)]
+    with pytest.raises(TransportError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+        Admin(tls_server.url, tls=TLS(ca_file=str(certs.other_ca_file))).list_topics()
+    with pytest.raises(TransportError):
+        Admin(tls_server.url).list_topics()  # the system's CAs do not know this one
+
+
+def test_the_cli_takes_the_ca_from_a_flag_or_the_environment(tls_server: TlsServer, certs: Certificates) -> None:
+    talos = (sys.executable, "-m", "talos.cli")
+    listed = _run(*talos, "--ca-file", str(certs.ca_file), "topics", "list", "--url", tls_server.url)
+    assert listed.returncode == 0, listed.stderr
+    assert "secret" in listed.stdout
+    env = {**os.environ, "TALOS_CA_FILE": str(certs.ca_file)}
+    env_listed = _run(*talos, "topics", "list", "--url", tls_server.url, env=env)
+    assert env_listed.returncode == 0 and "secret" in env_listed.stdout, env_listed.stderr
+    refused = _run(*talos, "--ca-file", str(certs.other_ca_file), "topics", "list", "--url", tls_server.url)
+    assert refused.returncode != 0 and "certificate" in refused.stderr.lower()
+
+
+def test_push_subscriptions_over_wss(tls_server: TlsServer, certs: Certificates) -> None:
+    tls = TLS(ca_file=str(certs.ca_file))
+    admin = Admin(tls_server.url, tls=tls)
+    admin.create_topic("pushed", partitions=1)
+    with Producer(tls_server.url, tls=tls) as producer:
+        for i in range(5):
+            producer.send("pushed", f"push-{i}".encode())
+        producer.flush()
+    with Subscriber(tls_server.url, "watchers", topic="pushed", start="earliest", tls=tls) as subscriber:
+        values = []
+        for _ in range(5):
+            message = subscriber.receive(timeout=20)
+            assert message is not None
+            message.ack().result(10)
+            values.append(message.value)
+    assert sorted(v or b"" for v in values) == [f"push-{i}".encode() for i in range(5)]
+
+
+def test_kafka_clients_over_ssl(tls_server: TlsServer, certs: Certificates) -> None:
+    bootstrap = f"127.0.0.1:{tls_server.kafka_port}"
+    common = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(certs.ca_file)}
+    producer = KafkaProducer({**common, "acks": "all"})
+    failures: list[object] = []
+    offsets: list[int] = []
+
+    def delivered(error: object, message: Any) -> None:
+        failures.append(error) if error is not None else offsets.append(message.offset())
+
+    for i in range(10):
+        producer.produce("secret", f"kafka-{i}".encode(), partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    assert failures == [] and len(offsets) == 10
+    consumer = KafkaConsumer({**common, "group.id": "tls-readers", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["secret"])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len([v for v in values if v.startswith(b"kafka-")]) < 10 and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    assert [v for v in values if v.startswith(b"kafka-")] == [f"kafka-{i}".encode() for i in range(10)]
+    if shutil.which("kcat"):
+        listed = _run(
+            "kcat",
+            *("-b", bootstrap, "-X", "security.protocol=SSL", "-X", f"ssl.ca.location={certs.ca_file}"),
+            *("-X", f"ssl.certificate.location={certs.client_pem}", "-X", f"ssl.key.location={certs.client_pem}"),
+            *("-C", "-t", "secret", "-p", "0", "-o", str(min(offsets)), "-c", "10", "-e", "-q"),
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.splitlines() == [f"kafka-{i}" for i in range(10)]
+    # Trusting another CA, the client never gets a broker.
+    stranger = KafkaProducer({**common, "ssl.ca.location": str(certs.other_ca_file), "message.timeout.ms": 3000})
+    errors: list[object] = []
+    stranger.produce("secret", b"never", partition=0, on_delivery=lambda e, _m: errors.append(e))
+    stranger.flush(15)
+    assert len(errors) == 1 and errors[0] is not None
+
+
+def test_a_required_client_certificate_and_files_reloaded_when_they_change(tmp_path: Path, certs: Certificates) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    cert, key = live / "cert.pem", live / "key.pem"
+    first = certs.ca.issue_cert("127.0.0.1")
+    first.cert_chain_pems[0].write_to_path(str(cert))
+    first.private_key_pem.write_to_path(str(key))
+    server = StandaloneServer(
+        tmp_path / "data",
+        args=(
+            *("--tls-cert", str(cert), "--tls-key", str(key)),
+            *("--tls-ca", str(certs.ca_file), "--tls-client-auth", "required"),
+        ),
+        env={"TALOS_TLS_RELOAD_S": "0.2"},
+        tls_ca=certs.ca_file,
+        tls_client_cert=certs.client_pem,
+    )
+    client = ssl.create_default_context(cafile=str(certs.ca_file))
+    client.load_cert_chain(str(certs.client_pem))
+    try:
+        server.start()
+        assert server.process is not None
+
+        def serial() -> int | None:
+            try:
+                with _tls_connection(client, server.port) as tls:
+                    tls.sendall(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                    answer = tls.recv(4096)
+                    assert b" 200 " in answer.split(b"\r\n", 1)[0]
+                    peer = tls.getpeercert()
+                    assert peer is not None
+                    return int(str(peer["serialNumber"]), 16)
+            except (OSError, ssl.SSLError):
+                return None
+
+        first_serial = serial()
+        assert first_serial is not None
+        # Without a client certificate: refused at the handshake (TLS 1.3: when the server answers).
+        without = ssl.create_default_context(cafile=str(certs.ca_file))
+        with pytest.raises((ssl.SSLError, ConnectionResetError)), _tls_connection(without, server.port) as tls:
+            tls.sendall(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
+            if not tls.recv(4096):
+                raise ConnectionResetError("closed without an answer")
+        # Half rotated (a new certificate, the old key): not taken; the old pair goes on serving.
+        second = certs.ca.issue_cert("127.0.0.1")
+        second.cert_chain_pems[0].write_to_path(str(cert))
+        time.sleep(1.0)
+        assert serial() == first_serial
+        # The key too: new handshakes get the new certificate, with no restart.
+        second.private_key_pem.write_to_path(str(key))
+        wait_until(lambda: serial() not in (None, first_serial), timeout=10, what="the new certificate")
+        # An expired certificate, once loaded, is refused by clients.
+        expired = certs.ca.issue_cert(
+            "127.0.0.1",
+            not_before=datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC),
+            not_after=datetime.datetime(2021, 1, 1, tzinfo=datetime.UTC),
+        )
+        expired.private_key_pem.write_to_path(str(key))
+        expired.cert_chain_pems[0].write_to_path(str(cert))
+
+        def refused_as_expired() -> bool:
+            try:
+                with _tls_connection(client, server.port):
+                    return False
+            except ssl.SSLCertVerificationError as exc:
+                return "expired" in str(exc)
+
+        wait_until(refused_as_expired, timeout=10, what="the expired certificate refused")
+        assert server.process.alive()
+    finally:
+        server.stop()
+
+
+def test_tls_files_that_do_not_load_stop_the_start_saying_which(tmp_path: Path, certs: Certificates) -> None:
+    server = (
+        sys.executable,
+        "-m",
+        "server",
+        "standalone",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--port",
+        str(free_port()),
+    )
+    missing = tmp_path / "missing.pem"
+    started = _run(*server, "--tls-cert", str(missing))
+    assert started.returncode == 2
+    assert str(missing) in started.stderr
+    no_ca = _run(*server, "--tls-cert", str(certs.server_pem), "--tls-client-auth", "required")
+    assert no_ca.returncode == 2
+    assert "tls_ca_file" in no_ca.stderr

@@ -23,7 +23,12 @@ from typing import NamedTuple
 
 from server.config import ServerConfig
 
-__all__ = ["CLIENT_AUTH", "ServerTLS"]
+__all__ = ["CERTIFICATE_HEADER", "CLIENT_AUTH", "ServerTLS", "certificate_name"]
+
+# A verified client certificate names a tenant by its subject's common name (CN): the HTTP protocol puts that name
+# in this header of each request of the connection, after dropping any the client sent (only the server says who a
+# certificate names); the authentication reads it when no bearer token is sent (server.security.guard).
+CERTIFICATE_HEADER = "x-talos-certificate-tenant"
 
 log = logging.getLogger("talos.server")
 
@@ -151,6 +156,19 @@ class ServerTLS:
                 self.reload_if_changed()
             except Exception:
                 log.exception("TLS reload")
+
+
+def certificate_name(transport: asyncio.BaseTransport) -> str | None:
+    """The common name of the client certificate the connection's handshake verified, or None (no TLS, no
+    certificate, or one without a common name)."""
+    peer = transport.get_extra_info("peercert")
+    if not peer:
+        return None
+    for rdn in peer.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value:
+                return str(value)
+    return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from server.http.fastpath import Declined, FastPath, HeadMemo, Route, route
 from server.http.hot_cycle import HotCycle, settled, write_reply
 from server.http.messages import PendingReply
 from server.messaging.forwarder import Reply
+from server.tls import CERTIFICATE_HEADER, certificate_name
 
 __all__ = [
     "AUTO_MAX_CONNECTIONS",
@@ -179,6 +180,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._lane_reply: Callable[[], Reply] | None = None  # the lane's request in flight
         self._backlog = bytearray()  # bytes that came while it was
         self._closing = False
+        self._certified: tuple[bytes, bytes] | None = None  # the header naming the client certificate's tenant
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.connections) >= self.limits.max_connections:
@@ -189,6 +191,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return
         super().connection_made(transport)
         self._client_text = f"{self.client[0]}:{self.client[1]}" if self.client else None
+        certified = certificate_name(transport)
+        # Every request of the connection says whom its client certificate names (server.tls).
+        self._certified = None if certified is None else (_CERTIFICATE_HEADER, certified.encode("utf-8"))
         self._head_due = self.loop.time() + self.limits.header_timeout_s
         self._watch(self._head_due)
 
@@ -359,7 +364,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._watch(self._head_due)
         self._phase = _HEAD
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == _CERTIFICATE_HEADER:
+            return  # only the server says whom a certificate names: a client's own is dropped
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        if self._certified is not None:
+            self.headers.append(self._certified)
         self._phase = _BODY
         self._head_bytes = 0
         self._body_started = self._body_progress = now = self.loop.time()
@@ -562,6 +574,7 @@ class _Polls(NamedTuple):
     raw_headers: list[tuple[bytes, bytes]]
 
 
+_CERTIFICATE_HEADER = CERTIFICATE_HEADER.encode("ascii")
 _FRAMING = (b"content-length", b"transfer-encoding")  # header names as uvicorn keeps them (lower case)
 _PLAIN_QUERY = re.compile(rb"[A-Za-z0-9_=&.\-]*")
 _MAX_LANE_QUERY = 1024

@@ -41,6 +41,7 @@ from server.kafka.protocol import (
 from server.kafka.protocol.errors import ErrorCode
 from server.kafka.protocol.primitives import Buffer
 from server.kafka.session import MECHANISMS, Session, bearer_token
+from server.tls import certificate_name
 from server.transactions.coordinator import TransactionCoordinator
 
 __all__ = ["KafkaListener"]
@@ -186,6 +187,12 @@ class KafkaListener:
             return
         connection = self._connections[task] = _Connection(writer)
         session = Session(address, self._broker.security)
+        certified = certificate_name(writer.transport)
+        if certified is not None:
+            try:
+                session.authenticate_certificate(certified)
+            except ApiError as exc:  # with auth on, it may still authenticate by SASL
+                log.info("kafka client %s: %s", address, exc.message)
         answers: asyncio.Queue[tuple[asyncio.Future[_Frame | None], int] | None] = asyncio.Queue(_MAX_IN_FLIGHT)
         sender = asyncio.get_running_loop().create_task(self._send(answers, connection))
         try:
@@ -296,7 +303,7 @@ class KafkaListener:
                 return write_response(header, answer), False
             session.mechanism = mechanism
             return write_response(header, {"error_code": 0, "mechanisms": list(MECHANISMS)}), True
-        if session.mechanism is None or session.authenticated:
+        if session.mechanism is None or session.token is not None:
             answer = {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "error_message": "SaslHandshake first, once"}
             return write_response(header, answer), False
         token = bearer_token(session.mechanism, bytes(body.get("auth_bytes") or b""))

@@ -1,5 +1,6 @@
-"""One Kafka client connection's identity: who it authenticated as over SASL, and the caller the service
-layer serves its requests for (``server.messaging.caller``: tenant, client address, credentials).
+"""One Kafka client connection's identity: who it authenticated as (over SASL, or by its TLS client certificate),
+and the caller the service layer serves its requests for (``server.messaging.caller``: tenant, client address,
+credentials).
 
 A tenant token authenticates with either mechanism: PLAIN (the token is the password; the user name is
 not checked, the token names its tenant) or OAUTHBEARER (the token is the bearer token). The admin token
@@ -52,6 +53,7 @@ class Session:
     security: Security
     principal: Principal = ANONYMOUS
     token: str | None = None
+    certified: str | None = None  # the tenant its verified client certificate names (TLS), if any
     mechanism: str | None = None  # chosen by SaslHandshake
     checked_at: float = 0.0  # when the token was last found valid
     caller: Caller = SERVERS  # who the services serve its requests for: the peer, then its tenant (SASL)
@@ -64,7 +66,16 @@ class Session:
 
     @property
     def authenticated(self) -> bool:
-        return self.token is not None
+        return self.token is not None or self.certified is not None
+
+    def authenticate_certificate(self, name: str) -> None:
+        """The connection's verified client certificate, whose common name is ``name``, names its tenant (as
+        Kafka's SSL principal); raises 401 (``ApiError``) if it names none with auth on. SASL may still follow:
+        a token then decides."""
+        self.principal = self.security.certificate_principal(name)
+        self.certified = self.principal.tenant
+        self.checked_at = time.monotonic()
+        self.caller = Caller(self.principal.tenant, self.peer)
 
     def may_call(self, api_key: int) -> bool:
         """Whether the connection may make this request now (with auth on, only the SASL exchange first)."""
@@ -81,18 +92,22 @@ class Session:
         return True
 
     async def still_valid(self, refresh_s: float) -> bool:
-        """Whether the token still authenticates (revoked tokens stop working within ``refresh_s``, as on
-        REST, where each request is checked against a document re-read that often)."""
-        if self.token is None or not self.security.enabled:
+        """Whether the token (or the certificate's tenant) still authenticates: revoked tokens and deleted tenants
+        stop working within ``refresh_s``, as on REST, where each request is checked against a document re-read
+        that often."""
+        if not self.authenticated or not self.security.enabled:
             return True
         now = time.monotonic()
         if now - self.checked_at < refresh_s:
             return True
-        principal = await self.security.principal_of(self.token)
-        if principal is None or principal != self.principal:
-            return False
-        self.checked_at = now
-        return True
+        if self.token is None:
+            valid = self.certified in self.security.state.tenants
+        else:
+            principal = await self.security.principal_of(self.token)
+            valid = principal is not None and principal == self.principal
+        if valid:
+            self.checked_at = now
+        return valid
 
     def claim_appends(
         self, partitions: list[tuple[str, int]]

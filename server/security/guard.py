@@ -25,6 +25,7 @@ from server.security.buckets import TokenBucket, retry_after_header
 from server.security.state import Quota, SecurityState
 from server.security.store import SecurityStore
 from server.security.tokens import parse_token, verify
+from server.tls import CERTIFICATE_HEADER
 from server.topics import TopicConfig, unknown_topic
 
 __all__ = [
@@ -190,6 +191,9 @@ class Security:
         another server since its last look), which only :meth:`authenticate` may re-read the state for."""
         raw = headers.get("authorization")
         if raw is None:
+            certified = headers.get(CERTIFICATE_HEADER)
+            if certified is not None:  # set by the server from the connection's verified client certificate
+                return self.certificate_principal(certified)
             if self.enabled:
                 raise unauthenticated("this server requires a bearer token (Authorization: Bearer <token>)")
             return ANONYMOUS
@@ -205,6 +209,15 @@ class Security:
             return principal
         if self.enabled:
             raise unauthenticated("the token is not valid (unknown, revoked or malformed)")
+        return ANONYMOUS
+
+    def certificate_principal(self, name: str) -> Principal:
+        """Who a verified client certificate whose common name is ``name`` is: the tenant of that name (never the
+        admin). With auth on, a certificate naming no tenant is 401; with auth off, anyone is the admin."""
+        if name in self.state.tenants:
+            return Principal(name)
+        if self.enabled:
+            raise unauthenticated(f"the client certificate (CN={name}) names no tenant; a token can be sent instead")
         return ANONYMOUS
 
     async def principal_of(self, token: str) -> Principal | None:

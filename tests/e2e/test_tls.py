@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import json
 import os
+import secrets
 import shutil
 import socket
 import ssl
@@ -208,6 +209,7 @@ def test_push_subscriptions_over_wss(tls_server: TlsServer, certs: Certificates)
     assert sorted(v or b"" for v in values) == [f"push-{i}".encode() for i in range(5)]
 
 
+@pytest.mark.slow
 def test_kafka_clients_over_ssl(tls_server: TlsServer, certs: Certificates) -> None:
     bootstrap = f"127.0.0.1:{tls_server.kafka_port}"
     common = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(certs.ca_file)}
@@ -251,6 +253,7 @@ def test_kafka_clients_over_ssl(tls_server: TlsServer, certs: Certificates) -> N
     assert len(errors) == 1 and errors[0] is not None
 
 
+@pytest.mark.slow
 def test_a_required_client_certificate_and_files_reloaded_when_they_change(tmp_path: Path, certs: Certificates) -> None:
     live = tmp_path / "live"
     live.mkdir()
@@ -324,6 +327,7 @@ def test_a_required_client_certificate_and_files_reloaded_when_they_change(tmp_p
         server.stop()
 
 
+@pytest.mark.slow
 def test_tls_files_that_do_not_load_stop_the_start_saying_which(tmp_path: Path, certs: Certificates) -> None:
     server = (
         sys.executable,
@@ -342,3 +346,130 @@ def test_tls_files_that_do_not_load_stop_the_start_saying_which(tmp_path: Path, 
     no_ca = _run(*server, "--tls-cert", str(certs.server_pem), "--tls-client-auth", "required")
     assert no_ca.returncode == 2
     assert "tls_ca_file" in no_ca.stderr
+
+
+ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
+
+
+@dataclass
+class SecuredTls:
+    server: StandaloneServer
+    kafka_port: int
+    globex: str  # a token of tenant globex
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="module")
+def secured_tls(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[SecuredTls]:
+    """Auth on, TLS with optional client certificates: tenant acme (its certificate's CN) owns ``acme-orders``."""
+    kafka_port = free_port()
+    server = StandaloneServer(
+        tmp_path_factory.mktemp("secured-tls") / "data",
+        args=("--tls-cert", str(certs.server_pem), "--tls-ca", str(certs.ca_file), "--tls-client-auth", "optional"),
+        env={"TALOS_KAFKA_PORT": str(kafka_port), "TALOS_AUTH": "on", "TALOS_ADMIN_TOKEN": ADMIN_TOKEN},
+        tls_ca=certs.ca_file,
+    )
+    tls = TLS(ca_file=str(certs.ca_file))
+    try:
+        server.start()
+        with Admin(server.url, token=ADMIN_TOKEN, tls=tls) as admin:
+            admin.create_tenant("acme")
+            admin.create_tenant("globex")
+            acme = admin.create_token("acme")["token"]
+            globex = admin.create_token("globex")["token"]
+        with Admin(server.url, token=acme, tls=tls) as tenant:
+            tenant.create_topic("acme-orders", partitions=1)
+        yield SecuredTls(server, kafka_port, globex)
+    finally:
+        server.stop()
+
+
+def test_a_client_certificate_names_its_tenant_and_nobody_can_claim_one(
+    secured_tls: SecuredTls, certs: Certificates
+) -> None:
+    whoami = f"{secured_tls.url}/v1/whoami"
+    ca = ("--cacert", str(certs.ca_file))
+    as_acme = _curl(*ca, "--cert", str(certs.client_pem), whoami)
+    assert json.loads(as_acme.stdout) == {"tenant": "acme", "admin": False, "token_id": None, "auth": True}
+    produced = _curl(
+        *ca,
+        *("--cert", str(certs.client_pem), "-H", "content-type: application/json"),
+        *("-d", json.dumps({"messages": [{"value": "by certificate"}]})),
+        f"{secured_tls.url}/v1/topics/acme-orders/partitions/0/messages",
+    )
+    assert json.loads(produced.stdout)["results"][0]["offset"] >= 0, produced.stdout
+    # The header the server sets from a certificate, sent by a client: dropped (with a certificate or without).
+    claimed = ("-H", "x-talos-certificate-tenant: globex")
+    assert json.loads(_curl(*ca, "--cert", str(certs.client_pem), *claimed, whoami).stdout)["tenant"] == "acme"
+    forged = json.loads(_curl(*ca, *claimed, whoami).stdout)
+    assert forged["error"]["code"] == "UNAUTHENTICATED", forged
+    # A token decides over the certificate; a certificate of the CA naming no tenant is refused.
+    token = ("-H", f"authorization: Bearer {secured_tls.globex}")
+    assert json.loads(_curl(*ca, "--cert", str(certs.client_pem), *token, whoami).stdout)["tenant"] == "globex"
+    nobody = certs.directory / "nobody.pem"
+    certs.ca.issue_cert("nobody@clients", common_name="nobody").private_key_and_cert_chain_pem.write_to_path(
+        str(nobody)
+    )
+    refused = json.loads(_curl(*ca, "--cert", str(nobody), whoami).stdout)
+    assert refused["error"]["code"] == "UNAUTHENTICATED" and "CN=nobody" in refused["error"]["message"]
+    # The SDK's client certificate: the same tenant, its topic only.
+    tls = TLS(ca_file=str(certs.ca_file), cert_file=str(certs.client_pem))
+    with Admin(secured_tls.url, tls=tls, token="") as admin:
+        assert admin.whoami()["tenant"] == "acme"
+    with Producer(secured_tls.url, tls=tls, token="") as producer:
+        assert producer.send("acme-orders", b"sdk by certificate").result(30).offset >= 1
+
+
+@pytest.mark.slow
+def test_kafka_over_sasl_ssl_with_a_token_and_over_ssl_with_a_client_certificate(
+    secured_tls: SecuredTls, certs: Certificates
+) -> None:
+    bootstrap = f"127.0.0.1:{secured_tls.kafka_port}"
+    ssl_common = {"bootstrap.servers": bootstrap, "ssl.ca.location": str(certs.ca_file)}
+    sasl = {
+        **ssl_common,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "globex",
+        "sasl.password": secured_tls.globex,
+    }
+    by_cert = {
+        **ssl_common,
+        "security.protocol": "SSL",
+        "ssl.certificate.location": str(certs.client_pem),
+        "ssl.key.location": str(certs.client_pem),
+    }
+    with Admin(secured_tls.url, token=secured_tls.globex, tls=TLS(ca_file=str(certs.ca_file))) as globex:
+        globex.create_topic("globex-events", partitions=1)
+    outcomes: dict[str, list[object]] = {}
+    for name, config, topic in (
+        ("globex by SASL_SSL", sasl, "globex-events"),
+        ("acme by certificate", by_cert, "acme-orders"),
+        ("acme by certificate, globex's topic", by_cert, "globex-events"),
+        ("no certificate, no SASL", {**ssl_common, "security.protocol": "SSL"}, "acme-orders"),
+    ):
+        refused = "globex's topic" in name or "no SASL" in name  # given up sooner: their answers will not come
+        producer = KafkaProducer({**config, "acks": "all", "message.timeout.ms": 4000 if refused else 15000})
+        results: list[object] = []
+        producer.produce(topic, name.encode(), on_delivery=lambda e, m, out=results: out.append(e or m.offset()))
+        producer.flush(30)
+        outcomes[name] = results
+    assert isinstance(outcomes["globex by SASL_SSL"][0], int)
+    assert isinstance(outcomes["acme by certificate"][0], int)
+    for refused in ("acme by certificate, globex's topic", "no certificate, no SASL"):
+        assert len(outcomes[refused]) == 1 and not isinstance(outcomes[refused][0], int), outcomes
+    consumer = KafkaConsumer({**by_cert, "group.id": "acme-readers", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["acme-orders"])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while b"acme by certificate" not in values and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    assert b"acme by certificate" in values

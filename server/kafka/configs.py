@@ -140,7 +140,7 @@ def _broker_entries(ctx: Context) -> list[_Entry]:
     broker = ctx.broker
     server = broker.config
     me = broker.cluster.server_id if broker.cluster is not None else server.member_id
-    protocol = "SASL_PLAINTEXT" if broker.security.enabled else "PLAINTEXT"
+    protocol = ("SASL_" if broker.security.enabled else "") + ("SSL" if server.tls_cert_file else "PLAINTEXT")
     static: list[tuple[str, str, str, str]] = [  # from the server's configuration
         ("broker.id", str(node_id(me)), "INT", f"a hash of the server id {me!r}, stable across restarts"),
         ("advertised.listeners", f"{protocol}://{server.kafka_address}", "STRING", "what clients connect to"),

@@ -26,6 +26,8 @@ import pytest
 import trustme
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from server.devservices import StandaloneServer, free_port, wait_until
 from talos import TLS, Admin, Consumer, Producer, Subscriber, TransportError
@@ -236,6 +238,10 @@ def test_kafka_clients_over_ssl(tls_server: TlsServer, certs: Certificates) -> N
     finally:
         consumer.close()
     assert [v for v in values if v.startswith(b"kafka-")] == [f"kafka-{i}".encode() for i in range(10)]
+    admin = KafkaAdmin(common)
+    [broker_id] = admin.list_topics(timeout=10).brokers
+    [described] = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker_id))]).values()
+    assert described.result()["advertised.listeners"].value == f"SSL://{bootstrap}"
     if shutil.which("kcat"):
         listed = _run(
             "kcat",

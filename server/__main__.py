@@ -56,6 +56,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--kafka-advertised",
         help="HOST:PORT Kafka clients use to reach this server (default HOST:KAFKA_PORT; env TALOS_KAFKA_ADVERTISED)",
     )
+    parser.add_argument(
+        "--kafka-listeners",
+        help="several Kafka listeners instead of --kafka-port: NAME://HOST:PORT,... with NAME PLAINTEXT or SSL "
+        "(env TALOS_KAFKA_LISTENERS; docs/kafka.md)",
+    )
+    parser.add_argument(
+        "--kafka-advertised-listeners",
+        help="NAME://HOST:PORT,... what clients of each listener connect to (default: its listening address)",
+    )
     parser.add_argument("--group-commit", choices=["on", "off"], help="one flush per partition for all queued requests")
     parser.add_argument(
         "--shutdown-timeout",
@@ -347,6 +356,8 @@ def main(argv: list[str] | None = None) -> None:
         "metrics_labels": args.metrics_labels,
         "kafka_port": args.kafka_port,
         "kafka_advertised": args.kafka_advertised,
+        "kafka_listeners": args.kafka_listeners,
+        "kafka_advertised_listeners": args.kafka_advertised_listeners,
         "tls_cert_file": args.tls_cert,
         "tls_key_file": args.tls_key,
         "tls_ca_file": args.tls_ca,
@@ -390,6 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         # Before anything opens a file: the cap on connections keeps the server clear of EMFILE.
         limits = connection_limits(config, raise_fd_limit())
         tls = ServerTLS.of(config)  # files that do not load stop the start here, saying which
+        config.kafka_listener_specs  # noqa: B018 - parsed (and checked) now, not when the listener opens
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     handler = logging.StreamHandler(sys.stderr)

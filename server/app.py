@@ -149,9 +149,9 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None, tls: Serv
         emitting = asyncio.get_running_loop().create_task(emitter.run()) if config.metering_interval_s > 0 else None
         app.state.trace = tracing = TraceService(broker)
         tracing.start()
-        kafka = KafkaListener(broker, coordinator, transactions) if config.kafka_port else None
+        kafka = KafkaListener(broker, coordinator, transactions) if config.kafka_listener_specs else None
         if kafka is not None:
-            await kafka.start(ssl=tls.listening_context() if tls is not None else None)
+            await kafka.start(ssl=tls.listening_context if tls is not None else None)
         reloading = asyncio.get_running_loop().create_task(tls.watch(config.tls_reload_s)) if tls else None
         gc.collect()
         gc.freeze()  # start-up objects never move again: far fewer long GC pauses (p99)

@@ -155,6 +155,7 @@ class ClusterMember:
             writable=self._writable,
             since_ms=self._writable_since_ms,
             storage=storage,
+            kafka_listeners={spec.name: spec.advertised for spec in self.config.kafka_listener_specs},
         )
 
     def _identities(self, *, waiting: bool) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import socket
@@ -10,6 +11,8 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from server.kafka_listeners import KafkaListenerSpec, parse_listeners
 
 __all__ = ["ServerConfig", "load_config"]
 
@@ -39,6 +42,10 @@ class ServerConfig:
     # kafka_advertised (HOST:PORT; default the listening host and port).
     kafka_port: int = 0
     kafka_advertised: str = ""
+    # Several Kafka listeners instead (server/kafka_listeners.py): NAME://HOST:PORT,... with NAME PLAINTEXT or SSL
+    # (SASL_PLAINTEXT, SASL_SSL), each advertised at its own address (kafka_advertised_listeners, by name).
+    kafka_listeners: str = ""
+    kafka_advertised_listeners: str = ""
     io_threads: int = 8  # partition writes (append + flush): a partition's work stays on one thread
     read_threads: int = 4  # partition reads from storage (the tail cache serves recent data without them)
     flush_timeout_s: float = 20.0  # a flush stuck longer (storage hung) abandons the log; the partition reloads
@@ -148,15 +155,30 @@ class ServerConfig:
         """``https`` when a TLS certificate is set, else ``http``."""
         return "https" if self.tls_cert_file else "http"
 
+    @functools.cached_property
+    def kafka_listener_specs(self) -> list[KafkaListenerSpec]:
+        """The Kafka listeners to open (none when off); raises :class:`ValueError` for a wrong setting."""
+        return parse_listeners(
+            self.kafka_listeners,
+            self.kafka_advertised_listeners,
+            port=self.kafka_port,
+            port_advertised=self.kafka_advertised,
+            host=self.host,
+            tls=bool(self.tls_cert_file),
+        )
+
     @property
     def kafka_address(self) -> str:
-        """HOST:PORT Kafka clients use to reach this server ("" when the listener is off)."""
-        if not self.kafka_port:
-            return ""
-        if self.kafka_advertised:
-            return self.kafka_advertised
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"{host}:{self.kafka_port}"
+        """HOST:PORT Kafka clients use to reach this server: its first listener's ("" when the listener is off)."""
+        specs = self.kafka_listener_specs
+        return specs[0].advertised if specs else ""
+
+    def kafka_address_of(self, listener: str | None) -> str:
+        """HOST:PORT clients of ``listener`` (its name) use; the first listener's for None or a name not opened."""
+        for spec in self.kafka_listener_specs:
+            if spec.name == listener:
+                return spec.advertised
+        return self.kafka_address
 
     @property
     def member_id(self) -> str:

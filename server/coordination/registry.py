@@ -8,6 +8,7 @@ operation, which its peers take as evidence that the storage works for somebody.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -27,15 +28,29 @@ class LiveServer:
     # When it registered (ZooKeeper's ctime, seconds), or when it could write again after a step-down: the
     # clock join_delay counts on.
     since: float
-    kafka: str = ""  # HOST:PORT of its Kafka listener ("" when off)
+    kafka: str = ""  # HOST:PORT of its (first) Kafka listener ("" when off)
     storage: PeerStorage = field(default_factory=lambda: PeerStorage(True, 0))
+    kafka_listeners: Mapping[str, str] = field(default_factory=dict)  # listener name -> HOST:PORT, when several
+
+    def kafka_address(self, listener: str | None) -> str:
+        """HOST:PORT of its Kafka listener ``listener`` (its first one for None, or if it has no such listener)."""
+        return self.kafka_listeners.get(listener, self.kafka) if listener is not None else self.kafka
 
 
 def registration(
-    url: str, kafka: str, *, writable: bool = True, since_ms: int = 0, storage: PeerStorage | None = None
+    url: str,
+    kafka: str,
+    *,
+    writable: bool = True,
+    since_ms: int = 0,
+    storage: PeerStorage | None = None,
+    kafka_listeners: Mapping[str, str] | None = None,
 ) -> bytes:
-    """A server's registration node: its URL, its Kafka address when that listener is on, its storage health."""
+    """A server's registration node: its URL, its Kafka address when that listener is on (and every listener's,
+    by name, when it has several), its storage health."""
     doc: dict[str, object] = {"url": url, "writable": writable}
+    if kafka_listeners and len(kafka_listeners) > 1:
+        doc["kafka_listeners"] = dict(kafka_listeners)
     if storage is not None:
         doc["storage_ok_ms"] = storage.last_ok_ms
         doc["storage_ok_since_ms"] = storage.ok_since_ms
@@ -76,5 +91,7 @@ class ServerRegistry:
                 int(doc.get("storage_ok_ms") or 0),
                 int(doc.get("storage_ok_since_ms") or 0),
             )
-            out[child] = LiveServer(child, str(doc["url"]), since, str(doc.get("kafka") or ""), storage)
+            listeners = doc.get("kafka_listeners")
+            named = {str(k): str(v) for k, v in listeners.items()} if isinstance(listeners, dict) else {}
+            out[child] = LiveServer(child, str(doc["url"]), since, str(doc.get("kafka") or ""), storage, named)
         return out

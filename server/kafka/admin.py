@@ -115,7 +115,10 @@ async def describe_cluster(ctx: Context, body: dict[str, Any]) -> dict[str, Any]
         "endpoint_type": _BROKERS_ENDPOINT,
         "cluster_id": CLUSTER_ID,
         "controller_id": node_id(me),
-        "brokers": [{"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in nodes(broker)],
+        "brokers": [
+            {"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+            for n in nodes(broker, ctx.session.listener)
+        ],
     }
     if body.get("endpoint_type", _BROKERS_ENDPOINT) != _BROKERS_ENDPOINT:
         answer.update(

@@ -140,10 +140,11 @@ def _broker_entries(ctx: Context) -> list[_Entry]:
     broker = ctx.broker
     server = broker.config
     me = broker.cluster.server_id if broker.cluster is not None else server.member_id
-    protocol = ("SASL_" if broker.security.enabled else "") + ("SSL" if server.tls_cert_file else "PLAINTEXT")
+    sasl = broker.security.enabled
+    advertised = ",".join(f"{spec.protocol(sasl=sasl)}://{spec.advertised}" for spec in server.kafka_listener_specs)
     static: list[tuple[str, str, str, str]] = [  # from the server's configuration
         ("broker.id", str(node_id(me)), "INT", f"a hash of the server id {me!r}, stable across restarts"),
-        ("advertised.listeners", f"{protocol}://{server.kafka_address}", "STRING", "what clients connect to"),
+        ("advertised.listeners", advertised, "STRING", "what clients connect to, per listener"),
         ("num.partitions", str(server.default_partitions), "INT", "partitions of a topic created without a count"),
         ("message.max.bytes", str(server.max_request_bytes), "INT", "the largest request (and record batch)"),
         (

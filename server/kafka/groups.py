@@ -75,7 +75,7 @@ async def _locate(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
             owner = ctx.coordinator.owner(key)
         else:
             owner = await ctx.transactions.owner(ctx.session.principal.tenant, key)
-        node = node_of(ctx.broker, owner)
+        node = node_of(ctx.broker, owner, ctx.session.listener)
     except ApiError as exc:  # no server in the ring yet (or the transaction state topic not made yet)
         answer.update(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=exc.message)
         return answer

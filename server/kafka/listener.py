@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -114,39 +115,40 @@ class KafkaListener:
         self._transactions = transactions
         self.memberships = Memberships()
         self._recording: set[asyncio.Future[None]] = set()  # memberships being recorded after an expiry
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._ticker: asyncio.Task[None] | None = None
         self._connections: dict[asyncio.Task[Any], _Connection] = {}
         config = broker.config
         self._max_connections = config.max_connections or _MAX_CONNECTIONS
         self._max_in_flight_bytes = 4 * config.max_request_bytes
 
-    async def start(self, *, ssl: SSLContext | None = None) -> None:
-        """Listen; with ``ssl``, TLS: Kafka clients connect with ``security.protocol`` SSL, or SASL_SSL when auth is
-        on (SASL PLAIN inside the TLS session)."""
-        config = self._broker.config
+    async def start(self, *, ssl: Callable[[], SSLContext] | None = None) -> None:
+        """Open every listener the configuration names (``server.kafka_listeners``); the TLS ones with a context
+        of ``ssl``: Kafka clients connect with ``security.protocol`` SSL, or SASL_SSL when auth is on (SASL inside
+        the TLS session)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: frame_reader_protocol(self._serve, limit=1 << 20), config.host, config.kafka_port, ssl=ssl
-        )
+        for spec in self._broker.config.kafka_listener_specs:
+            context = ssl() if spec.tls and ssl is not None else None
+            if spec.tls and context is None:
+                raise ValueError(f"the Kafka listener {spec.name} needs TLS: no certificate is configured")
+            serve = functools.partial(self._serve, spec.name)
+            server = await loop.create_server(
+                lambda serve=serve: frame_reader_protocol(serve, limit=1 << 20), spec.host, spec.port, ssl=context
+            )
+            self._servers.append(server)
+            log.info("kafka listener %s on %s:%d (advertised %s)", spec.name, spec.host, spec.port, spec.advertised)
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
-        log.info(
-            "kafka listener on %s:%d (advertised %s%s)",
-            config.host,
-            config.kafka_port,
-            config.kafka_address,
-            ", TLS" if ssl is not None else "",
-        )
 
     async def close(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
-        if self._server is not None:
-            self._server.close()
-            for task in list(self._connections):
-                task.cancel()
+        for server in self._servers:
+            server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                await asyncio.wait_for(server.wait_closed(), 5)
 
     async def _tick(self) -> None:
         while True:
@@ -176,7 +178,7 @@ class KafkaListener:
 
     # ---------------------------------------------------------------- one connection
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
@@ -186,7 +188,7 @@ class KafkaListener:
             writer.transport.abort()
             return
         connection = self._connections[task] = _Connection(writer)
-        session = Session(address, self._broker.security)
+        session = Session(address, self._broker.security, listener)
         certified = certificate_name(writer.transport)
         if certified is not None:
             try:

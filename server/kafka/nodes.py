@@ -40,28 +40,32 @@ def _node(server_id: str, address: str) -> Node | None:
     return Node(node_id(server_id), host.strip("[]"), int(port))
 
 
-def nodes(broker: Broker) -> list[Node]:
-    """The brokers a Metadata answer lists: this server, and every live server with a Kafka listener."""
+def nodes(broker: Broker, listener: str | None = None) -> list[Node]:
+    """The brokers a Metadata answer lists: this server, and every live server with a Kafka listener, each at its
+    address of ``listener`` (the listener the client connected to, by name: ``server.kafka_listeners``)."""
     config = broker.config
     me = broker.cluster.server_id if broker.cluster is not None else config.member_id
     found: dict[str, Node] = {}
     if broker.cluster is not None:
         for server in list(broker.cluster.servers.values()):
-            if server.kafka and (node := _node(server.server_id, server.kafka)) is not None:
+            address = server.kafka_address(listener)
+            if address and (node := _node(server.server_id, address)) is not None:
                 found[server.server_id] = node
-    if me not in found and (own := _node(me, config.kafka_address)) is not None:
+    if me not in found and (own := _node(me, config.kafka_address_of(listener))) is not None:
         found[me] = own
     return sorted(found.values(), key=lambda n: n.node_id)
 
 
-def node_of(broker: Broker, owner: Owner) -> Node | None:
-    """The broker serving what ``owner`` owns; None while it is not registered (or has no listener)."""
+def node_of(broker: Broker, owner: Owner, listener: str | None = None) -> Node | None:
+    """The broker serving what ``owner`` owns, at its address of ``listener``; None while it is not registered
+    (or has no Kafka listener)."""
     if owner.local:
-        return _node(owner.server_id, broker.config.kafka_address)
+        return _node(owner.server_id, broker.config.kafka_address_of(listener))
     if broker.cluster is None:
         return None
     server = broker.cluster.servers.get(owner.server_id)
-    return _node(owner.server_id, server.kafka) if server is not None and server.kafka else None
+    address = server.kafka_address(listener) if server is not None else ""
+    return _node(owner.server_id, address) if address else None
 
 
 def leader_of(broker: Broker, topic: str, partition: int) -> int:

@@ -51,6 +51,7 @@ def bearer_token(mechanism: str, auth_bytes: bytes) -> str | None:
 class Session:
     peer: str
     security: Security
+    listener: str | None = None  # the name of the listener it connected to (``server.kafka_listeners``)
     principal: Principal = ANONYMOUS
     token: str | None = None
     certified: str | None = None  # the tenant its verified client certificate names (TLS), if any

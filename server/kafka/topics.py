@@ -82,7 +82,10 @@ async def metadata(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     me = broker.cluster.server_id if broker.cluster is not None else broker.config.member_id
     return {
         "throttle_time_ms": 0,
-        "brokers": [{"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None} for n in nodes(broker)],
+        "brokers": [
+            {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+            for n in nodes(broker, ctx.session.listener)
+        ],
         "cluster_id": CLUSTER_ID,
         "controller_id": node_id(me),
         "topics": [_topic_entry(ctx, name) for name in dict.fromkeys(names)],

@@ -81,6 +81,12 @@ def _connection_limit_options(command: Callable[..., Any]) -> Callable[..., Any]
     help="Serve the Kafka protocol on this port too [default: off; env TALOS_KAFKA_PORT; docs/kafka.md].",
 )
 @click.option(
+    "--kafka-listeners",
+    default=None,
+    help="Several Kafka listeners instead: NAME://HOST:PORT,... with NAME PLAINTEXT or SSL "
+    "[env TALOS_KAFKA_LISTENERS; docs/kafka.md].",
+)
+@click.option(
     "--shutdown-timeout",
     type=float,
     default=None,
@@ -113,6 +119,7 @@ def standalone(
     auth: str | None,
     metrics_labels: str | None,
     kafka_port: int | None,
+    kafka_listeners: str | None,
     shutdown_timeout: float | None,
     tls_cert: str | None,
     tls_key: str | None,
@@ -138,6 +145,7 @@ def standalone(
         ("--auth", auth),
         ("--metrics-labels", metrics_labels),
         ("--kafka-port", kafka_port),
+        ("--kafka-listeners", kafka_listeners),
         ("--shutdown-timeout", shutdown_timeout),
         ("--tls-cert", tls_cert),
         ("--tls-key", tls_key),

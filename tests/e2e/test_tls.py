@@ -479,3 +479,53 @@ def test_kafka_over_sasl_ssl_with_a_token_and_over_ssl_with_a_client_certificate
     finally:
         consumer.close()
     assert b"acme by certificate" in values
+
+
+@pytest.mark.slow
+def test_two_kafka_listeners_each_advertising_its_own_address(tmp_path: Path, certs: Certificates) -> None:
+    """A plaintext listener (say, inside) and a TLS one (outside), as Kafka's ``listeners``: a client sees every
+    broker at the address of the listener it connected to, and stays on it."""
+    plain_port, tls_port = free_port(), free_port()
+    server = StandaloneServer(
+        tmp_path / "data",
+        args=("--tls-cert", str(certs.server_pem)),
+        env={
+            "TALOS_KAFKA_LISTENERS": f"PLAINTEXT://127.0.0.1:{plain_port},SSL://127.0.0.1:{tls_port}",
+            "TALOS_KAFKA_ADVERTISED_LISTENERS": f"SSL://localhost:{tls_port}",
+        },
+        tls_ca=certs.ca_file,
+    )
+    try:
+        server.start()
+        Admin(server.url, tls=TLS(ca_file=str(certs.ca_file))).create_topic("two-ways", partitions=1)
+        clients = {
+            "PLAINTEXT": {"bootstrap.servers": f"127.0.0.1:{plain_port}"},
+            "SSL": {
+                "bootstrap.servers": f"localhost:{tls_port}",
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(certs.ca_file),
+            },
+        }
+        for name, config in clients.items():
+            admin = KafkaAdmin(config)
+            brokers = admin.list_topics(timeout=10).brokers
+            assert [f"{b.host}:{b.port}" for b in brokers.values()] == [
+                f"127.0.0.1:{plain_port}" if name == "PLAINTEXT" else f"localhost:{tls_port}"
+            ]
+            [described] = admin.describe_configs(
+                [ConfigResource(ResourceType.BROKER, str(next(iter(brokers))))]
+            ).values()
+            assert described.result()["advertised.listeners"].value == (
+                f"PLAINTEXT://127.0.0.1:{plain_port},SSL://localhost:{tls_port}"
+            )
+            producer = KafkaProducer({**config, "acks": "all"})
+            producer.produce("two-ways", name.encode(), partition=0)
+            assert producer.flush(30) == 0
+        fetched = _curl(
+            "--cacert", str(certs.ca_file), f"{server.url}/v1/topics/two-ways/partitions/0/messages?offset=0"
+        )
+        assert [m["value"] for m in json.loads(fetched.stdout)["messages"]] == ["PLAINTEXT", "SSL"]
+        # Plaintext to the TLS listener is no Kafka answer.
+        assert _answer_to(tls_port, b"\x00\x00\x00\x0e\x00\x12\x00\x00\x00\x00\x00\x01\x00\x04test") == b""
+    finally:
+        server.stop()

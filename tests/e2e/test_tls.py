@@ -129,6 +129,10 @@ def test_curl_with_the_ca_produces_and_fetches_and_is_refused_without_it(
     ):
         assert refused.returncode == 60, refused  # curl: the peer's certificate cannot be verified
         assert "certificate" in refused.stderr
+    # The portal over https: its cookies are Secure (never sent back in the clear).
+    portal = _curl("--cacert", str(certs.ca_file), "-i", f"{tls_server.url}/portal/login")
+    cookies = [line.lower() for line in portal.stdout.splitlines() if line.lower().startswith("set-cookie:")]
+    assert cookies and all("; secure" in line for line in cookies), portal.stdout[:500]
     # A client certificate of another CA fails the handshake, even where a certificate is optional.
     stranger = _curl("--cacert", str(certs.ca_file), "--cert", str(certs.stranger_pem), f"{tls_server.url}/readyz")
     assert stranger.returncode != 0 and "ready" not in stranger.stdout

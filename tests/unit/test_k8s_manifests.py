@@ -41,7 +41,7 @@ NOT_SERVER_SETTINGS = {"TALOS_URL": "SDK and CLI (connectors, metering)", "TALOS
 # What the downward API gives a server pod, for example.
 DOWNWARD_API = {"metadata.name": "talos-server-7c9d8f6b5-x2k4q", "status.podIP": "10.1.2.3"}
 # Secrets the prod overlay expects to exist (docs/operations.md says how to create them).
-PROD_SECRETS = {"talos-admin", "talos-portal", "talos-connectors", "talos-portal-tls"}
+PROD_SECRETS = {"talos-admin", "talos-portal", "talos-connectors", "talos-portal-tls", "talos-ca"}
 
 _ENV = {"type": "array", "items": {"type": "object"}}
 _POD = {
@@ -54,6 +54,19 @@ _POD = {
         "serviceAccount": {"type": "string"},
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "env": _ENV,
+        "secrets": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "path", "secretType"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "path": {"type": "string"},
+                    "secretType": {"enum": ["Generic", "GCPServiceAccount", "HadoopDelegationToken"]},
+                },
+            },
+        },
     },
 }
 SPARK_APPLICATION: dict[str, Any] = {
@@ -208,7 +221,11 @@ def test_probes_port_and_settings_match_the_server(rendered: dict[str, list[dict
     assert config.auth == "on"
     assert config.adopt_vacant_id
     assert config.reassign_delay_s > config.zk_session_timeout_s
-    assert config.advertised_url == f"http://{DOWNWARD_API['status.podIP']}:8080"
+    scheme = "https" if overlay == "prod" else "http"
+    assert config.advertised_url == f"{scheme}://{DOWNWARD_API['status.podIP']}:8080"
+    assert {container[probe]["httpGet"].get("scheme", "HTTP") for probe in ("readinessProbe", "livenessProbe")} == {
+        scheme.upper()
+    }
     assert config.member_id == DOWNWARD_API["metadata.name"]
     build_parser().parse_args(container["args"][1:])  # talos server's own arguments
 
@@ -309,6 +326,8 @@ def test_selectors_and_references_resolve(rendered: dict[str, list[dict[str, Any
                 for t in present.get(("StatefulSet", name), {}).get("spec", {}).get("volumeClaimTemplates", [])
             }
         for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                expected_secrets.add(volume["secret"]["secretName"])
             if "configMap" in volume:
                 assert ("ConfigMap", volume["configMap"]["name"]) in present
             if "persistentVolumeClaim" in volume:
@@ -317,7 +336,10 @@ def test_selectors_and_references_resolve(rendered: dict[str, list[dict[str, Any
         tls = {t["secretName"] for t in _one(objects, "Ingress", "talos-portal")["spec"]["tls"]}
         application = _one(objects, "SparkApplication", "talos-metering")["spec"]
         for role in ("driver", "executor"):
+            expected_secrets |= {secret["name"] for secret in application[role].get("secrets", [])}
             for var in application[role]["env"]:
+                if "value" in var:
+                    continue
                 if "secretKeyRef" in var["valueFrom"]:
                     expected_secrets.add(var["valueFrom"]["secretKeyRef"]["name"])
                 else:
@@ -515,3 +537,35 @@ def test_zookeeper_keeps_its_transaction_log_on_its_volume(rendered: dict[str, l
     log_dir = env.get("ZOO_DATA_LOG_DIR", "/datalog")
     for directory in (data_dir, log_dir):
         assert any(directory == m or directory.startswith(m + "/") for m in on_claims), directory
+
+
+def test_prod_serves_tls_everywhere_and_its_clients_trust_the_ca(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The prod servers' TLS files come from a mounted cert-manager CSI volume (a certificate per pod, for its IP:
+    what the SDK and the other servers reach it at); the connectors and the metering job, which reach the servers
+    at https://talos:8080, trust the CA from a mounted Secret. Dev stays plaintext."""
+    objects = rendered["prod"]
+    deployment, container = _server(objects)
+    config = load_config(environ=_container_env(container, objects))
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    for path in (config.tls_cert_file, config.tls_key_file, config.tls_ca_file):
+        volume = mounts[str(Path(path).parent)]
+        assert volume["csi"]["driver"] == "csi.cert-manager.io"
+        attributes = volume["csi"]["volumeAttributes"]
+        assert attributes["csi.cert-manager.io/ip-sans"] == "${POD_IP}"
+        assert "talos" in attributes["csi.cert-manager.io/dns-names"].split(",")  # the Service: TALOS_URL's host
+    assert config.url.startswith("https://")
+    talos_url = _one(objects, "ConfigMap", "talos-config")["data"]["TALOS_URL"]
+    assert urlparse(talos_url).scheme == "https"
+    _, connectors = next((n, s) for n, s in _pod_specs(objects) if n.startswith("talos-connectors"))
+    [connector] = connectors["containers"]
+    ca_file = next(e["value"] for e in connector["env"] if e["name"] == "TALOS_CA_FILE")
+    mounted = {m["mountPath"]: m["name"] for m in connector["volumeMounts"]}
+    secret_volumes = {v["name"]: v["secret"]["secretName"] for v in connectors["volumes"] if "secret" in v}
+    assert secret_volumes[mounted[str(Path(ca_file).parent)]] == "talos-ca"
+    application = _one(objects, "SparkApplication", "talos-metering")["spec"]
+    for role in ("driver", "executor"):
+        ca = next(e["value"] for e in application[role]["env"] if e["name"] == "TALOS_CA_FILE")
+        assert {(s["name"], s["path"]) for s in application[role]["secrets"]} == {("talos-ca", str(Path(ca).parent))}
+    dev_config = load_config(environ=_container_env(_server(rendered["dev"])[1], rendered["dev"]))
+    assert not dev_config.tls_cert_file and dev_config.url.startswith("http://")

@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from server.devservices import free_port_range, stop_recorded_cluster
-from talos import Admin, AuthenticationError, Consumer, Producer
+from talos import TLS, Admin, AuthenticationError, Consumer, Producer, TransportError
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper]
 
@@ -79,3 +80,51 @@ def test_cluster_up_and_down(tmp_path: Path) -> None:
         assert twice.returncode == 0 and "no cluster running" in twice.stdout
     finally:
         stop_recorded_cluster(base)  # whatever is left if an assertion failed
+
+
+def test_cluster_up_with_tls(tmp_path: Path) -> None:
+    """``talos cluster up --tls``: a CA made for the cluster, every server on https (and its Kafka listener on
+    TLS), clients that trust the CA named by ``up`` served, the others refused."""
+    base = tmp_path / "tls-cluster"
+    try:
+        up = talos(
+            *("cluster", "up", "--servers", "2", "--storage", "file", "--kafka-base-port", "0", "--tls"),
+            *("--dir", str(base)),
+        )
+        assert up.returncode == 0, up.stderr
+        urls = re.findall(r"^server \S+ (\S+) pid=\d+$", up.stdout, re.MULTILINE)
+        assert len(urls) == 2 and all(url.startswith("https://127.0.0.1:") for url in urls)
+        ca = Path(re.findall(r"^ca (\S+)$", up.stdout, re.MULTILINE)[0])
+        assert ca == base.resolve() / "tls" / "ca.pem" and "TALOS_CA_FILE" in up.stderr
+        token = Path(re.findall(r"^admin-token (\S+)$", up.stdout, re.MULTILINE)[0]).read_text().strip()
+        tls = TLS(ca_file=str(ca))
+        with Admin(urls[0], token=token, tls=tls) as admin:
+            admin.create_topic("secure", partitions=2)
+        with Producer(urls[1], token=token, tls=tls) as producer:  # routes to both servers' https URLs
+            for i in range(10):
+                producer.send("secure", f"s{i}".encode(), partition=i % 2)
+        with Admin(urls[1], token=token, tls=tls) as admin:
+            assert sum(p.latest or 0 for p in admin.describe_topic("secure").partition_offsets) == 10
+        with Admin(urls[0], token=token) as untrusting, pytest.raises(TransportError):
+            untrusting.list_topics()  # the system's CAs do not know the cluster's
+        [kafka] = re.findall(r"^kafka s1 (\S+)$", up.stdout, re.MULTILINE)
+        listed = listed_topics(kafka, ca, token)
+        assert "secure" in listed
+        down = talos("cluster", "down", "--dir", str(base))
+        assert down.returncode == 0, down.stderr
+    finally:
+        stop_recorded_cluster(base)
+
+
+def listed_topics(bootstrap: str, ca: Path, token: str) -> set[str]:
+    client = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": token,
+            "ssl.ca.location": str(ca),
+        }
+    )
+    return set(client.list_topics(timeout=20).topics)

@@ -28,6 +28,10 @@ from typing import Any
 
 from confluent_kafka import Producer as KafkaProducer
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from auth_bench import Measurement, medians
+
 from server.devservices import StandaloneServer, TlsFiles, free_port, make_local_certificates
 from talos import TLS, Admin, Producer, RecordFuture
 
@@ -35,13 +39,6 @@ TOPIC = "tls-bench"
 PARTITIONS = 4
 VALUE = b"v" * 1024
 SAMPLE = 64  # one message in this many is timed
-
-
-@dataclass
-class Measurement:
-    rate: float
-    p50_ms: float
-    p99_ms: float
 
 
 @dataclass
@@ -151,10 +148,6 @@ def kafka_load(running: Running, seconds: float) -> Measurement:
     if failed or landed != sent:
         raise RuntimeError(f"{running.name}: Kafka sent {sent}, stored {landed}, failed {failed[:3]}")
     return summary(sent / elapsed, latencies)
-
-
-def medians(runs: list[Measurement]) -> Measurement:
-    return Measurement(*(statistics.median(getattr(m, f) for m in runs) for f in ("rate", "p50_ms", "p99_ms")))
 
 
 def ratio(tls: list[Measurement], plain: list[Measurement]) -> float:

@@ -21,8 +21,9 @@ import aiohttp
 from server import metrics
 from server.cluster import Owner
 from server.errors import ApiError
+from server.tls import CERTIFIED_TENANT_HEADER, certified_tenant, request_credentials
 
-__all__ = ["HOPS_HEADER", "JSON", "ROUTE_HEADER", "Forwarder", "Reply"]
+__all__ = ["HOPS_HEADER", "JSON", "ROUTE_HEADER", "Forwarder", "Reply", "outgoing_headers"]
 
 HOPS_HEADER = "x-talos-hops"
 ROUTE_HEADER = "x-talos-route"
@@ -30,6 +31,20 @@ JSON = "application/json"
 # x-talos-client-address: the producer's address as the first server saw it, for the message trace.
 _PASS_REQUEST = ("content-type", "accept", "authorization", "x-talos-tenant", "x-talos-client-address")
 _PASS_RESPONSE = ("retry-after",)
+
+
+def outgoing_headers(headers: Mapping[str, str], own_authorization: str | None) -> dict[str, str]:
+    """What a forward sends of ``headers``: the caller's token, else the servers' own (``own_authorization``). A
+    caller its client certificate authenticated (``server.tls``) goes as the servers' own token naming its tenant,
+    which the owner takes as that tenant, not as the admin."""
+    out = {k: v for k in _PASS_REQUEST if (v := headers.get(k)) is not None}
+    certified = certified_tenant(request_credentials(headers))
+    if certified is not None:
+        out.pop("authorization", None)
+        out[CERTIFIED_TENANT_HEADER] = certified
+    if "authorization" not in out and own_authorization is not None:
+        out["authorization"] = own_authorization
+    return out
 
 
 def _unavailable(code: str, message: str) -> ApiError:
@@ -114,10 +129,8 @@ class Forwarder:
         hops = int(raw_hops)
         if hops >= self._max_hops:
             raise _unavailable("TOO_MANY_HOPS", f"forwarded {hops} times: the ring is changing; retry")
-        out = {k: v for k in _PASS_REQUEST if (v := headers.get(k)) is not None}
+        out = outgoing_headers(headers, self._own_authorization)
         out[HOPS_HEADER] = str(hops + 1)
-        if "authorization" not in out and self._own_authorization is not None:
-            out["authorization"] = self._own_authorization
         try:
             async with self._get_session().request(
                 method,

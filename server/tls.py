@@ -19,16 +19,34 @@ import asyncio
 import logging
 import os
 import ssl
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from server.config import ServerConfig
 
-__all__ = ["CERTIFICATE_HEADER", "CLIENT_AUTH", "ServerTLS", "certificate_name"]
+__all__ = [
+    "CERTIFICATE_HEADER",
+    "CERTIFIED_TENANT_HEADER",
+    "CLIENT_AUTH",
+    "ServerTLS",
+    "certificate_name",
+    "certified_credentials",
+    "certified_tenant",
+    "request_credentials",
+]
 
 # A verified client certificate names a tenant by its subject's common name (CN): the HTTP protocol puts that name
 # in this header of each request of the connection, after dropping any the client sent (only the server says who a
 # certificate names); the authentication reads it when no bearer token is sent (server.security.guard).
 CERTIFICATE_HEADER = "x-talos-certificate-tenant"
+# A request a certificate authenticated, passed on to another server (which never sees the certificate): the
+# servers' own token with this header naming the tenant. The other server takes it as that tenant, never as the
+# admin, and only along with the admin token: from anyone else it means nothing.
+CERTIFIED_TENANT_HEADER = "x-talos-certified-tenant"
+# Inside a server, such a request's credentials (what forwards pass on: ``Caller.credentials``, a subscription's
+# link) are ``Certified <tenant>``; the forwarder turns them into the two headers above. Sent by a client as its
+# ``Authorization``, it authenticates nobody.
+_CERTIFIED = "Certified "
 
 log = logging.getLogger("talos.server")
 
@@ -168,6 +186,28 @@ def certificate_name(transport: asyncio.BaseTransport) -> str | None:
         for key, value in rdn:
             if key == "commonName" and value:
                 return str(value)
+    return None
+
+
+def certified_credentials(tenant: str) -> str:
+    """The credentials a forward passes on for a request the certificate of ``tenant``'s client authenticated."""
+    return _CERTIFIED + tenant
+
+
+def request_credentials(headers: Mapping[str, str]) -> str | None:
+    """What forwards of a request (``headers``: lower-case names) pass on to authenticate it: its own
+    ``Authorization``, else the tenant its client certificate names (:func:`certified_credentials`)."""
+    given = headers.get("authorization")
+    if given is not None:
+        return given
+    certified = headers.get(CERTIFICATE_HEADER)
+    return None if certified is None else certified_credentials(certified)
+
+
+def certified_tenant(credentials: str | None) -> str | None:
+    """The tenant of :func:`certified_credentials`; None for any other credentials."""
+    if credentials is not None and credentials.startswith(_CERTIFIED):
+        return credentials[len(_CERTIFIED) :] or None
     return None
 
 

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from server.errors import ApiError
 from server.messaging.caller import Caller
 from server.peers import HOPS_HEADER, JSON, ROUTE_HEADER, Reply
+from server.tls import request_credentials
 from server.trace.recorder import CLIENT_HEADER
 from server.usage.meter import TENANT_HEADER
 
@@ -115,7 +116,7 @@ def caller_of(headers: Mapping[str, str]) -> Caller:
     return Caller(
         headers.get(TENANT_HEADER),
         headers.get(CLIENT_HEADER),
-        headers.get("authorization"),
+        request_credentials(headers),
         headers.get(HOPS_HEADER),
         headers.get(ROUTE_HEADER),
     )

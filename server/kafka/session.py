@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from server.messaging.caller import SERVERS, Caller
 from server.security.access import ANONYMOUS, Principal
 from server.security.guard import Security
+from server.tls import certified_credentials
 
 __all__ = ["MECHANISMS", "Session", "bearer_token"]
 
@@ -76,7 +77,9 @@ class Session:
         self.principal = self.security.certificate_principal(name)
         self.certified = self.principal.tenant
         self.checked_at = time.monotonic()
-        self.caller = Caller(self.principal.tenant, self.peer)
+        tenant = self.principal.tenant
+        # Forwards pass the certificate's tenant on (server.tls), never the servers' own token alone.
+        self.caller = Caller(tenant, self.peer, certified_credentials(tenant) if tenant is not None else None)
 
     def may_call(self, api_key: int) -> bool:
         """Whether the connection may make this request now (with auth on, only the SASL exchange first)."""

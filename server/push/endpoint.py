@@ -16,6 +16,7 @@ from server.subscriptions.coordinator import SubscriptionCoordinator, new_holder
 from server.subscriptions.link import CoordinatorLink, authorize
 from server.subscriptions.making import MAX_WINDOW, SubscriptionCreate, create_at_coordinator
 from server.subscriptions.records import validate_subscription_name
+from server.tls import request_credentials
 from server.web import caller_of, int_param
 
 __all__ = ["router"]
@@ -39,7 +40,7 @@ async def subscribe(ws: WebSocket) -> None:
         who = await broker.security.authenticate(headers)
         name = validate_subscription_name(params.get("subscription") or "")
         window = int_param(params, "window", 100, low=1, high=MAX_WINDOW)
-        link = CoordinatorLink(broker, coordinator, name, who, headers.get("authorization"), headers.get("traceparent"))
+        link = CoordinatorLink(broker, coordinator, name, who, request_credentials(headers), headers.get("traceparent"))
         if params.get("topic"):
             await _made(broker, coordinator, who, name, dict(params), caller_of(headers))
         authorize(broker, coordinator, who, name)  # the right to consume its topic: checked by every pull

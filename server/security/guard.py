@@ -25,7 +25,7 @@ from server.security.buckets import TokenBucket, retry_after_header
 from server.security.state import Quota, SecurityState
 from server.security.store import SecurityStore
 from server.security.tokens import parse_token, verify
-from server.tls import CERTIFICATE_HEADER
+from server.tls import CERTIFICATE_HEADER, CERTIFIED_TENANT_HEADER
 from server.topics import TopicConfig, unknown_topic
 
 __all__ = [
@@ -206,6 +206,9 @@ class Security:
         if principal is _UNKNOWN:
             return None
         if principal is not None:
+            certified = headers.get(CERTIFIED_TENANT_HEADER)
+            if certified is not None and principal.admin:  # another server passing on a certificate's tenant
+                return self.certificate_principal(certified)
             return principal
         if self.enabled:
             raise unauthenticated("the token is not valid (unknown, revoked or malformed)")

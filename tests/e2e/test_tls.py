@@ -70,27 +70,34 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 class TlsServer:
     server: StandaloneServer
     kafka_port: int
+    globex: str = ""  # with auth on: a token of tenant globex
 
     @property
     def url(self) -> str:
         return self.server.url
 
 
-@pytest.fixture(scope="module")
-def tls_server(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[TlsServer]:
+def _tls_standalone(data: Path, certs: Certificates, env: dict[str, str] | None = None) -> TlsServer:
+    """A standalone server (not started) with TLS on every listener, client certificates optional."""
     kafka_port = free_port()
     server = StandaloneServer(
-        tmp_path_factory.mktemp("tls") / "data",
+        data,
         args=("--tls-cert", str(certs.server_pem), "--tls-ca", str(certs.ca_file), "--tls-client-auth", "optional"),
-        env={"TALOS_KAFKA_PORT": str(kafka_port)},
+        env={"TALOS_KAFKA_PORT": str(kafka_port), **(env or {})},
         tls_ca=certs.ca_file,
     )
+    return TlsServer(server, kafka_port)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[TlsServer]:
+    running = _tls_standalone(tmp_path_factory.mktemp("tls") / "data", certs)
     try:
-        server.start()
-        Admin(server.url, tls=TLS(ca_file=str(certs.ca_file))).create_topic("secret", partitions=2)
-        yield TlsServer(server, kafka_port)
+        running.server.start()
+        Admin(running.url, tls=TLS(ca_file=str(certs.ca_file))).create_topic("secret", partitions=2)
+        yield running
     finally:
-        server.stop()
+        running.server.stop()
 
 
 def _run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -361,44 +368,28 @@ def test_tls_files_that_do_not_load_stop_the_start_saying_which(tmp_path: Path, 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 
 
-@dataclass
-class SecuredTls:
-    server: StandaloneServer
-    kafka_port: int
-    globex: str  # a token of tenant globex
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-
 @pytest.fixture(scope="module")
-def secured_tls(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[SecuredTls]:
+def secured_tls(tmp_path_factory: pytest.TempPathFactory, certs: Certificates) -> Iterator[TlsServer]:
     """Auth on, TLS with optional client certificates: tenant acme (its certificate's CN) owns ``acme-orders``."""
-    kafka_port = free_port()
-    server = StandaloneServer(
-        tmp_path_factory.mktemp("secured-tls") / "data",
-        args=("--tls-cert", str(certs.server_pem), "--tls-ca", str(certs.ca_file), "--tls-client-auth", "optional"),
-        env={"TALOS_KAFKA_PORT": str(kafka_port), "TALOS_AUTH": "on", "TALOS_ADMIN_TOKEN": ADMIN_TOKEN},
-        tls_ca=certs.ca_file,
-    )
+    env = {"TALOS_AUTH": "on", "TALOS_ADMIN_TOKEN": ADMIN_TOKEN}
+    running = _tls_standalone(tmp_path_factory.mktemp("secured-tls") / "data", certs, env)
     tls = TLS(ca_file=str(certs.ca_file))
     try:
-        server.start()
-        with Admin(server.url, token=ADMIN_TOKEN, tls=tls) as admin:
+        running.server.start()
+        with Admin(running.url, token=ADMIN_TOKEN, tls=tls) as admin:
             admin.create_tenant("acme")
             admin.create_tenant("globex")
             acme = admin.create_token("acme")["token"]
-            globex = admin.create_token("globex")["token"]
-        with Admin(server.url, token=acme, tls=tls) as tenant:
+            running.globex = admin.create_token("globex")["token"]
+        with Admin(running.url, token=acme, tls=tls) as tenant:
             tenant.create_topic("acme-orders", partitions=1)
-        yield SecuredTls(server, kafka_port, globex)
+        yield running
     finally:
-        server.stop()
+        running.server.stop()
 
 
 def test_a_client_certificate_names_its_tenant_and_nobody_can_claim_one(
-    secured_tls: SecuredTls, certs: Certificates
+    secured_tls: TlsServer, certs: Certificates
 ) -> None:
     whoami = f"{secured_tls.url}/v1/whoami"
     ca = ("--cacert", str(certs.ca_file))
@@ -435,7 +426,7 @@ def test_a_client_certificate_names_its_tenant_and_nobody_can_claim_one(
 
 @pytest.mark.slow
 def test_kafka_over_sasl_ssl_with_a_token_and_over_ssl_with_a_client_certificate(
-    secured_tls: SecuredTls, certs: Certificates
+    secured_tls: TlsServer, certs: Certificates
 ) -> None:
     bootstrap = f"127.0.0.1:{secured_tls.kafka_port}"
     ssl_common = {"bootstrap.servers": bootstrap, "ssl.ca.location": str(certs.ca_file)}

@@ -25,6 +25,7 @@ from server.http.forwarding import relay
 from server.http.routes.security import principal
 from server.messaging.authorization import authorize_message, may_use_group
 from server.messaging.forwarder import answer_of
+from server.tls import CERTIFICATE_HEADER
 from server.topics import MAX_PARTITIONS
 from server.transactions.coordinator import NAMED_TIMEOUT_MS, TransactionCoordinator, validate_transactional_id
 from server.transactions.records import TRANSACTION_STATE_TOPIC
@@ -248,7 +249,7 @@ async def list_transactions(request: Request, partition: int | None = None) -> R
             return json_response({"transactions": await coordinator.listed(tenant, partition)})
         except NotOwnerError as exc:
             return await relay(broker.forwarder, exc.owner, request, b"")
-    headers = {k: v for k, v in request.headers.items() if k in ("authorization", TENANT_HEADER)}
+    headers = {k: v for k, v in request.headers.items() if k in ("authorization", CERTIFICATE_HEADER, TENANT_HEADER)}
 
     async def shard(index: int) -> list[dict[str, Any]]:
         owner = broker.owner(TRANSACTION_STATE_TOPIC, index)

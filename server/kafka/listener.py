@@ -192,7 +192,7 @@ class KafkaListener:
         certified = certificate_name(writer.transport)
         if certified is not None:
             try:
-                session.authenticate_certificate(certified)
+                await session.authenticate_certificate(certified)
             except ApiError as exc:  # with auth on, it may still authenticate by SASL
                 log.info("kafka client %s: %s", address, exc.message)
         answers: asyncio.Queue[tuple[asyncio.Future[_Frame | None], int] | None] = asyncio.Queue(_MAX_IN_FLIGHT)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from server.messaging.caller import SERVERS, Caller
 from server.security.access import ANONYMOUS, Principal
 from server.security.guard import Security
-from server.tls import certified_credentials
+from server.tls import CERTIFICATE_HEADER, certified_credentials
 
 __all__ = ["MECHANISMS", "Session", "bearer_token"]
 
@@ -70,11 +70,11 @@ class Session:
     def authenticated(self) -> bool:
         return self.token is not None or self.certified is not None
 
-    def authenticate_certificate(self, name: str) -> None:
+    async def authenticate_certificate(self, name: str) -> None:
         """The connection's verified client certificate, whose common name is ``name``, names its tenant (as
-        Kafka's SSL principal); raises 401 (``ApiError``) if it names none with auth on. SASL may still follow:
-        a token then decides."""
-        self.principal = self.security.certificate_principal(name)
+        Kafka's SSL principal; authenticated as REST authenticates it); raises 401 (``ApiError``) if it names none
+        with auth on. SASL may still follow: a token then decides."""
+        self.principal = await self.security.authenticate({CERTIFICATE_HEADER: name})
         self.certified = self.principal.tenant
         self.checked_at = time.monotonic()
         tenant = self.principal.tenant

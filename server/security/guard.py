@@ -172,28 +172,25 @@ class Security:
     # ---------------------------------------------------------------- authentication
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        """The principal of ``Authorization: Bearer <token>``. With auth off, anyone is the admin (but a
-        valid tenant token still names its tenant, for metering); with auth on, no valid token is 401."""
+        """The principal of ``Authorization: Bearer <token>``, or of the connection's client certificate
+        (``server.tls``). With auth off, anyone is the admin (but a valid tenant token or certificate still names
+        its tenant, for metering); with auth on, no valid token or certificate is 401."""
         principal = self.authenticate_now(headers)
-        if principal is not None:
-            return principal
-        token = _bearer(headers.get("authorization"))
-        assert token is not None  # authenticate_now answers every other case
-        principal = await self.principal_of(token)
-        if principal is not None:
-            return principal
-        if self.enabled:
-            raise unauthenticated("the token is not valid (unknown, revoked or malformed)")
-        return ANONYMOUS
+        if principal is None:  # a token, or a certificate's tenant, made on another server since our last look?
+            await self._reload_since(time.monotonic())
+            principal = self.authenticate_now(headers, last_look=True)
+        assert principal is not None  # the last look answers every case
+        return principal
 
-    def authenticate_now(self, headers: Mapping[str, str]) -> Principal | None:
-        """:meth:`authenticate` without an await; None for a token this server does not know yet (made on
-        another server since its last look), which only :meth:`authenticate` may re-read the state for."""
+    def authenticate_now(self, headers: Mapping[str, str], *, last_look: bool = False) -> Principal | None:
+        """:meth:`authenticate` without an await; None for a token, or a certificate's tenant, this server does
+        not know yet (made on another server since its last look), which only :meth:`authenticate` may re-read
+        the state for. ``last_look``: the state was just re-read, so what it does not know is nobody."""
         raw = headers.get("authorization")
         if raw is None:
             certified = headers.get(CERTIFICATE_HEADER)
             if certified is not None:  # set by the server from the connection's verified client certificate
-                return self.certificate_principal(certified)
+                return self._certified(certified, last_look)
             if self.enabled:
                 raise unauthenticated("this server requires a bearer token (Authorization: Bearer <token>)")
             return ANONYMOUS
@@ -203,25 +200,27 @@ class Security:
                 raise unauthenticated("expected 'Authorization: Bearer <token>'")
             return ANONYMOUS
         principal = self._known_principal(token)
-        if principal is _UNKNOWN:
+        if principal is _UNKNOWN and not last_look:
             return None
-        if principal is not None:
-            certified = headers.get(CERTIFIED_TENANT_HEADER)
-            if certified is not None and principal.admin:  # another server passing on a certificate's tenant
-                return self.certificate_principal(certified)
+        if principal is not None and principal is not _UNKNOWN:
+            if principal.admin and (certified := headers.get(CERTIFIED_TENANT_HEADER)) is not None:
+                return self._certified(certified, last_look)  # another server passing on a certificate's tenant
             return principal
         if self.enabled:
             raise unauthenticated("the token is not valid (unknown, revoked or malformed)")
         return ANONYMOUS
 
-    def certificate_principal(self, name: str) -> Principal:
+    def _certified(self, name: str, last_look: bool) -> Principal | None:
         """Who a verified client certificate whose common name is ``name`` is: the tenant of that name (never the
-        admin). With auth on, a certificate naming no tenant is 401; with auth off, anyone is the admin."""
+        admin); None if this state does not know it and ``last_look`` is not set. With auth on, a certificate
+        naming no tenant is 401; with auth off, anyone is the admin."""
         if name in self.state.tenants:
             return Principal(name)
-        if self.enabled:
-            raise unauthenticated(f"the client certificate (CN={name}) names no tenant; a token can be sent instead")
-        return ANONYMOUS
+        if not self.enabled:
+            return ANONYMOUS
+        if not last_look:
+            return None
+        raise unauthenticated(f"the client certificate (CN={name}) names no tenant; a token can be sent instead")
 
     async def principal_of(self, token: str) -> Principal | None:
         """Who ``token`` belongs to; None if nobody's."""

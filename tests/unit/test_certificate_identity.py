@@ -4,14 +4,20 @@ own token with the tenant named), never as the servers' own token alone, which w
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import pytest
 
+from fencing.local import LocalFileSystem
 from server.config import ServerConfig
 from server.errors import ApiError
 from server.peers import outgoing_headers
 from server.security.access import Principal
 from server.security.guard import Security
 from server.security.state import SecurityState, TokenRecord
+from server.security.store import SecurityStore
 from server.security.tokens import new_token
 from server.tls import (
     CERTIFICATE_HEADER,
@@ -25,33 +31,53 @@ from server.web import caller_of
 ADMIN = "admin-secret"
 
 
-def _security(*, auth: str = "on") -> tuple[Security, str]:
-    security = Security(ServerConfig(auth=auth, admin_token=ADMIN), None, None, None)  # type: ignore[arg-type]
+def _security(tmp_path: Path, *, auth: str = "on") -> tuple[Security, str]:
+    """A guard over a real security document in ``tmp_path`` (tenants acme and globex, a token of globex's)."""
+    store = SecurityStore(LocalFileSystem(), str(tmp_path))
+    security = Security(ServerConfig(auth=auth, admin_token=ADMIN), store, ThreadPoolExecutor(1), None)  # type: ignore[arg-type]
     token, token_id, digest = new_token()
     state = SecurityState().create_tenant("acme", 1).create_tenant("globex", 1)
-    security.state = state.add_token(TokenRecord(token_id, "globex", digest, "", 1))
+    security.state = store.change(lambda _: state.add_token(TokenRecord(token_id, "globex", digest, "", 1)))
     return security, token
 
 
-def test_a_certificate_names_its_tenant_only_without_a_token_and_never_the_admin() -> None:
-    security, globex = _security()
+def _refused(security: Security, headers: dict[str, str]) -> int:
+    """The status :meth:`Security.authenticate` refuses ``headers`` with (after its one re-read of the state)."""
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(security.authenticate(headers))
+    return refused.value.status
+
+
+def test_a_certificate_names_its_tenant_only_without_a_token_and_never_the_admin(tmp_path: Path) -> None:
+    security, globex = _security(tmp_path)
     assert security.authenticate_now({CERTIFICATE_HEADER: "acme"}) == Principal("acme")
     # A token decides over the certificate.
     both = {CERTIFICATE_HEADER: "acme", "authorization": f"Bearer {globex}"}
     decided = security.authenticate_now(both)
     assert decided is not None and decided.tenant == "globex"
     for nobody in ("nobody", ""):
-        with pytest.raises(ApiError) as refused:
-            security.authenticate_now({CERTIFICATE_HEADER: nobody})
-        assert refused.value.status == 401
-    off, _ = _security(auth="off")
+        assert security.authenticate_now({CERTIFICATE_HEADER: nobody}) is None  # unknown here: asked again
+        assert _refused(security, {CERTIFICATE_HEADER: nobody}) == 401  # and then nobody's
+    off, _ = _security(tmp_path / "off", auth="off")
     assert off.authenticate_now({CERTIFICATE_HEADER: "acme"}) == Principal("acme")  # still names it, for metering
     anyone = off.authenticate_now({CERTIFICATE_HEADER: "nobody"})
     assert anyone is not None and anyone.admin  # auth off: anyone is the admin
 
 
-def test_another_servers_certified_tenant_counts_only_with_the_admin_token_and_as_that_tenant() -> None:
-    security, globex = _security()
+def test_a_tenant_made_on_another_server_is_found_by_reading_the_state_again(tmp_path: Path) -> None:
+    """As a token made on another server since this one's last look: the state is read again, once."""
+    security, _ = _security(tmp_path)
+    SecurityStore(LocalFileSystem(), str(tmp_path)).change(lambda state: state.create_tenant("initech", 2))
+    assert "initech" not in security.state.tenants
+    for headers in (
+        {CERTIFICATE_HEADER: "initech"},
+        {"authorization": f"Bearer {ADMIN}", CERTIFIED_TENANT_HEADER: "initech"},  # passed on by another server
+    ):
+        assert asyncio.run(security.authenticate(headers)) == Principal("initech")
+
+
+def test_another_servers_certified_tenant_counts_only_with_the_admin_token_and_as_that_tenant(tmp_path: Path) -> None:
+    security, globex = _security(tmp_path)
     forwarded = {"authorization": f"Bearer {ADMIN}", CERTIFIED_TENANT_HEADER: "acme"}
     assert security.authenticate_now(forwarded) == Principal("acme")  # not the admin
     # A tenant naming another tenant this way is itself; without any token, it is nobody.
@@ -61,8 +87,8 @@ def test_another_servers_certified_tenant_counts_only_with_the_admin_token_and_a
     with pytest.raises(ApiError) as refused:
         security.authenticate_now({CERTIFIED_TENANT_HEADER: "acme"})
     assert refused.value.status == 401
-    with pytest.raises(ApiError):  # a tenant that no longer exists
-        security.authenticate_now({"authorization": f"Bearer {ADMIN}", CERTIFIED_TENANT_HEADER: "initech"})
+    # A tenant that does not exist (or no longer does).
+    assert _refused(security, {"authorization": f"Bearer {ADMIN}", CERTIFIED_TENANT_HEADER: "initech"}) == 401
     # "Certified <tenant>" sent by a client as its Authorization authenticates nobody.
     with pytest.raises(ApiError) as forged:
         security.authenticate_now({"authorization": certified_credentials("acme")})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from auth_bench import Measurement, medians
+from auth_bench import Measurement, median_ratio, medians
 
 from server.devservices import StandaloneServer, TlsFiles, free_port, make_local_certificates
 from talos import TLS, Admin, Producer, RecordFuture
@@ -150,10 +149,6 @@ def kafka_load(running: Running, seconds: float) -> Measurement:
     return summary(sent / elapsed, latencies)
 
 
-def ratio(tls: list[Measurement], plain: list[Measurement]) -> float:
-    return statistics.median(a.rate / b.rate for a, b in zip(tls, plain, strict=True))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each load in each round [8]")
@@ -181,7 +176,7 @@ def main() -> None:
             f"{running.name:<6} {s.rate:>10,.0f} {s.p50_ms:>7.1f} {s.p99_ms:>7.1f} "
             f"{k.rate:>12,.0f} {k.p50_ms:>7.1f} {k.p99_ms:>7.1f}"
         )
-    ratios = {"sdk": ratio(tls.sdk, plain.sdk), "kafka": ratio(tls.kafka, plain.kafka)}
+    ratios = {"sdk": median_ratio(tls.sdk, plain.sdk), "kafka": median_ratio(tls.kafka, plain.kafka)}
     out += ["", f"TLS / plaintext (median of rounds): SDK {ratios['sdk']:.3f}, Kafka {ratios['kafka']:.3f}"]
     print("\n".join(out))
     if args.json:

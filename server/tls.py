@@ -116,10 +116,11 @@ class ServerTLS:
     def _client_context(self) -> ssl.SSLContext:
         """For this server's calls to the other servers: their certificates checked (names included) against the
         CA bundle (else the system's CAs), this server's own certificate presented if they ask for one."""
-        context = ssl.create_default_context()
         if self._files.ca:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # the bundle alone, not the system's CAs as well
             self._load_ca(context)
+        else:
+            context = ssl.create_default_context()
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._load_identity(context)
         return context

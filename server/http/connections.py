@@ -365,9 +365,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._phase = _HEAD
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == _CERTIFICATE_HEADER:
-            return  # only the server says whom a certificate names: a client's own is dropped
-        super().on_header(name, value)
+        # uvicorn's, with one more name to drop: only the server says whom a certificate names.
+        name = name.lower()
+        if name == _CERTIFICATE_HEADER:
+            return
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if self._certified is not None:

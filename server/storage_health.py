@@ -102,13 +102,17 @@ class StorageHealth:
         self.end(token)
 
     def _succeeded(self, started: float, now: float) -> None:
+        # A stall ends as a success (the stuck hsync returns once HDFS resumes): the storage works since now, not
+        # since before the stall, or peers would take it for a server whose storage never stopped.
+        stalled = now - started > STALLED_AFTER_S
         for token, (other, _what) in list(self._running.items()):
             if other < started:
+                stalled = stalled or now - other > STALLED_AFTER_S
                 del self._running[token]
         if self._failing_since is not None and self._failing_since > started:
             return  # it began before the latest failure: no proof the storage works since
         self._failing_since = None
-        if self._ok_since is None:
+        if self._ok_since is None or stalled:
             self._ok_since = now
         self._last_ok_ms = int(self._wall() * 1000)
 

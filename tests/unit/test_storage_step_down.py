@@ -68,6 +68,33 @@ def test_a_stuck_operation_is_forgotten_once_a_later_one_succeeds() -> None:
     assert h.state().ok_for_s == 5.0  # the storage works again, whatever that old thread does
 
 
+def test_storage_that_stalled_works_only_since_the_stall_ended() -> None:
+    # A stall ends as a success, not an error (HDFS stopped, then resumed: the stuck hsync returns). The storage
+    # worked before the stall, but "working since" must start when the stall ended: peers that see a long
+    # ok_for_s take it as proof the storage works for us, and step down on it (seen in CI: after HDFS stopped for
+    # everybody, the first server to write again looked like a sustained writer and the others left the ring).
+    h, clock = health()
+    h.end(h.begin("probe"))
+    clock.now += 10
+    assert h.state().ok_for_s == 10
+    flush = h.begin("a flush of t/0")
+    clock.now += 30
+    assert h.state().ok_for_s == 0
+    h.end(flush)  # the storage came back
+    state = h.state()
+    assert (state.failing_s, state.ok_for_s, state.ok_since_ms) == (0, 0, 0)
+    clock.now += 1
+    assert h.state().ok_for_s == 1
+    # the same when the stuck operation is forgotten because a later one succeeded
+    stuck = h.begin("a flush of t/1")
+    clock.now += 30
+    h.end(h.begin("probe"))
+    clock.now += 1
+    assert h.state().ok_for_s == 1
+    h.end(stuck)  # superseded: says nothing
+    assert h.state().ok_for_s == 1
+
+
 def test_an_error_makes_storage_failing_from_the_operations_start() -> None:
     h, clock = health()
     token = h.begin("probe")

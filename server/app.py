@@ -38,6 +38,8 @@ from server.kafka.listener import KafkaListener
 from server.loop_watchdog import LoopWatchdog
 from server.portal import pages as portal_pages
 from server.portal.headers import PortalHeaders
+from server.schemas.coordinator import SchemaCoordinator
+from server.schemas.validation import SchemaValidator
 from server.subscriptions import SubscriptionCoordinator
 from server.tls import ServerTLS
 from server.trace.service import TraceService
@@ -141,6 +143,8 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None, tls: Serv
         app.state.subscriptions = subscriptions = SubscriptionCoordinator(broker)
         app.state.transactions = transactions = TransactionCoordinator(broker)
         broker.transaction_verifier = transactions  # partitions ask it before opening a transaction
+        app.state.schemas = schemas = SchemaCoordinator(broker)
+        broker.schema_validator = SchemaValidator(broker, schemas)  # topics that validate schema ids ask it
         maintaining = _maintain(broker, coordinator, subscriptions)
         maintenance = asyncio.get_running_loop().create_task(maintaining)
         sweeping = asyncio.get_running_loop().create_task(_sweep_transactions(broker, transactions))

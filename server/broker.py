@@ -9,9 +9,9 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -71,6 +71,12 @@ class NotOwnerError(Exception):
         self.owner = owner
 
 
+class SchemaCheck(Protocol):
+    """Produce-time validation of a topic's records against the schema registry: raises the refusal."""
+
+    async def check(self, config: TopicConfig, batches: Iterable[bytes | bytearray]) -> None: ...
+
+
 class Broker:
     """Create with :meth:`start` (it may connect to ZooKeeper); stop with :meth:`close`."""
 
@@ -118,6 +124,9 @@ class Broker:
         # Transactions' coordinator, as partitions ask it (KIP-890 part 1): plugged in by the app's assembly
         # (it sits above the broker). None: transactional batches are refused.
         self.transaction_verifier: Verifier | None = None
+        # The schema registry's produce-time validation (server.schemas.validation), plugged in the same way.
+        # None: a topic that validates schemas refuses every record.
+        self.schema_validator: SchemaCheck | None = None
         self._remove_collector: Callable[[], None] = lambda: None
 
     @classmethod
@@ -339,6 +348,14 @@ class Broker:
         if config is None:
             raise unknown_topic(name)
         self._topics.setdefault(name, config)
+        return config
+
+    def validated(self, topic: str) -> TopicConfig | None:
+        """The topic's configuration if it validates records' schema ids on produce (known here), else None: one
+        dict look-up, for the hot path."""
+        config = self._topics.get(topic)
+        if config is None or not (config.value_schema_validation or config.key_schema_validation):
+            return None
         return config
 
     def trace_sample(self, topic: str) -> int:

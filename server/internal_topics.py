@@ -12,10 +12,21 @@ from server.messaging.caller import SERVERS
 from server.messaging.fetch import fetch_batches
 from server.messaging.offsets import offsets
 from server.messaging.produce import produce_batch
+from server.partition.loaded import LoadedPartition
 from server.topics import TopicConfig
 from talos import BatchHeader, Record, RecordData, decode_records, encode_batch, iter_batches
 
-__all__ = ["append", "batches_from", "bounds", "ensure", "read_all", "read_batches", "read_records", "records_from"]
+__all__ = [
+    "append",
+    "batches_from",
+    "bounds",
+    "ensure",
+    "read_all",
+    "read_batches",
+    "read_load",
+    "read_records",
+    "records_from",
+]
 
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -108,3 +119,18 @@ async def read_all(
 ) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every record (offset, key, value) from the earliest offset (or ``start``) to the high watermark."""
     return [(r.offset, r.key, r.value) for r in await read_records(broker, topic, partition, start=start)]
+
+
+async def read_load(loaded: LoadedPartition) -> list[tuple[bytes | None, bytes | None]]:
+    """Every (key, value) of a partition loaded here, read from the load itself and not through the services: a
+    coordinator that writes to this load reads back exactly what it holds."""
+    out: list[tuple[bytes | None, bytes | None]] = []
+    offset = loaded.log.start_offset
+    while offset < loaded.log.durable_offset:
+        result = await loaded.fetch(offset, _READ_BYTES, 0)
+        records, after = records_from(b"".join(result.batches), offset)
+        out += [(r.key, r.value) for r in records]
+        if after <= offset:
+            break
+        offset = after
+    return out

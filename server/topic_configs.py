@@ -61,6 +61,12 @@ def _ratio(name: str, value: object) -> float:
     return float(value)
 
 
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ApiError(400, "INVALID_CONFIG", f"{name} must be true or false")
+    return value
+
+
 def _trace(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
         raise ApiError(400, "INVALID_CONFIG", f"{name} must be an integer between 0 and 1000000")
@@ -78,6 +84,8 @@ _CHECKS: dict[str, Callable[[str, object], object]] = {
     "min_cleanable_dirty_ratio": _ratio,
     "segment_ms": _integer(1, optional=True),
     "segment_bytes": _integer(1024, optional=True),
+    "value_schema_validation": _flag,
+    "key_schema_validation": _flag,
 }
 
 
@@ -140,6 +148,20 @@ KAFKA_SETTINGS: tuple[KafkaSetting, ...] = (
     ),
     KafkaSetting("segment.ms", "segment_ms", "LONG", "", "roll the active segment at this age"),
     KafkaSetting("segment.bytes", "segment_bytes", "INT", "", "roll the active segment at this size"),
+    KafkaSetting(
+        "confluent.value.schema.validation",
+        "value_schema_validation",
+        "BOOLEAN",
+        "false",
+        "refuse values without a schema id registered under <topic>-value",
+    ),
+    KafkaSetting(
+        "confluent.key.schema.validation",
+        "key_schema_validation",
+        "BOOLEAN",
+        "false",
+        "refuse keys without a schema id registered under <topic>-key",
+    ),
 )
 BY_KAFKA_NAME = {setting.name: setting for setting in KAFKA_SETTINGS}
 
@@ -159,6 +181,8 @@ def kafka_value(setting: KafkaSetting, value: object, default: str) -> str:
         return default or setting.unset
     if setting.kind == "DOUBLE":
         return repr(float(value))  # type: ignore[arg-type]
+    if setting.kind == "BOOLEAN":
+        return "true" if value else "false"
     return str(value)
 
 
@@ -175,6 +199,10 @@ def parse_kafka(name: str, value: str | None) -> tuple[str, object]:
         return setting.field, None
     if setting.kind in ("STRING", "LIST"):
         return setting.field, value
+    if setting.kind == "BOOLEAN":
+        if value.lower() not in ("true", "false"):
+            raise ApiError(400, "INVALID_CONFIG", f"{name} must be true or false, not {value[:50]!r}")
+        return setting.field, value.lower() == "true"
     try:
         number: object = float(value) if setting.kind == "DOUBLE" else int(value)
     except ValueError:

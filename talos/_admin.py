@@ -87,6 +87,10 @@ class TopicSettings:
     min_cleanable_dirty_ratio: float = 0.5  # compact once this share of the log is not yet compacted
     segment_ms: int | None = None  # roll the active segment at this age (None: the server's default)
     segment_bytes: int | None = None  # ... or this size
+    # Produce-time validation (docs/schema-registry.md): a record's value (key) must carry the id of a schema
+    # registered under the topic's subject ``<topic>-value`` (``<topic>-key``) in Confluent's framing.
+    value_schema_validation: bool = False
+    key_schema_validation: bool = False
 
 
 #: The settings a topic is created or changed with, besides its name and partitions.
@@ -101,6 +105,8 @@ TOPIC_SETTINGS = (
     "min_cleanable_dirty_ratio",
     "segment_ms",
     "segment_bytes",
+    "value_schema_validation",
+    "key_schema_validation",
 )
 
 
@@ -315,6 +321,8 @@ class _Admin(ClientBase[AnyTransport]):
         min_cleanable_dirty_ratio: float | None = None,
         segment_ms: int | None = None,
         segment_bytes: int | None = None,
+        value_schema_validation: bool | None = None,
+        key_schema_validation: bool | None = None,
     ) -> Steps[TopicInfo]:
         """A new topic. ``cleanup_policy="compact"`` keeps the last value of every key (a record with a key
         and a None value deletes it) instead of, or with ``"compact,delete"`` besides, retention."""
@@ -328,6 +336,8 @@ class _Admin(ClientBase[AnyTransport]):
             "min_cleanable_dirty_ratio": min_cleanable_dirty_ratio,
             "segment_ms": segment_ms,
             "segment_bytes": segment_bytes,
+            "value_schema_validation": value_schema_validation,
+            "key_schema_validation": key_schema_validation,
         }
         return self._send(_create(name, partitions, settings))
 
@@ -356,10 +366,14 @@ class _Admin(ClientBase[AnyTransport]):
         min_cleanable_dirty_ratio: float | None = None,
         segment_ms: int | None = None,
         segment_bytes: int | None = None,
+        value_schema_validation: bool | None = None,
+        key_schema_validation: bool | None = None,
     ) -> Steps[TopicInfo]:
         """Add partitions (never fewer), change retention, compaction, or the message trace: ``trace_sample``
         0 off, 1 every message, N one message in N. None leaves a setting as it is; -1 makes retention or the
-        largest compaction lag unlimited again, and a segment size or age the server's default."""
+        largest compaction lag unlimited again, and a segment size or age the server's default.
+        ``value_schema_validation`` / ``key_schema_validation``: refuse records whose value (key) does not carry
+        a schema id registered under the topic's subject (docs/schema-registry.md)."""
         changes = {
             "partitions": partitions,
             "retention_ms": retention_ms,
@@ -372,6 +386,8 @@ class _Admin(ClientBase[AnyTransport]):
             "min_cleanable_dirty_ratio": min_cleanable_dirty_ratio,
             "segment_ms": segment_ms,
             "segment_bytes": segment_bytes,
+            "value_schema_validation": value_schema_validation,
+            "key_schema_validation": key_schema_validation,
         }
         return self._send(_alter(name, _given(changes)))
 

@@ -26,7 +26,7 @@ from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
 from server.http import messages, openapi
 from server.http.routes import compaction as compaction_routes
-from server.http.routes import connector_offsets
+from server.http.routes import connector_offsets, schema_registry
 from server.http.routes import groups as groups_routes
 from server.http.routes import security as security_routes
 from server.http.routes import subscriptions as subscriptions_routes
@@ -68,11 +68,20 @@ class CompactionFields(BaseModel):
     )
     segment_ms: int | None = Field(None, ge=1, le=INT64_MAX, description="roll the active segment at this age")
     segment_bytes: int | None = Field(None, ge=1024, le=INT64_MAX, description="roll it at this size")
+    value_schema_validation: bool | None = Field(
+        None,
+        strict=True,
+        description="refuse a record whose value does not carry (Confluent's framing: magic byte 0, 4-byte id) "
+        "the id of a schema registered under the subject <topic>-value",
+    )
+    key_schema_validation: bool | None = Field(
+        None, strict=True, description="the same for keys, under the subject <topic>-key"
+    )
 
 
 # Settings that have a value always: null in a change leaves them as they are.
 _ALWAYS_SET = ("partitions", "trace_sample", "cleanup_policy", "min_compaction_lag_ms", "delete_retention_ms",
-               "min_cleanable_dirty_ratio")  # fmt: skip
+               "min_cleanable_dirty_ratio", "value_schema_validation", "key_schema_validation")  # fmt: skip
 
 
 class TopicCreate(CompactionFields):
@@ -550,4 +559,5 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
     app.include_router(trace_routes.router)
     app.include_router(compaction_routes.router)
     app.include_router(transactions_routes.router)
+    app.include_router(schema_registry.router)
     openapi.install(app)

@@ -18,10 +18,12 @@ from fencing import OffsetOutOfRangeError
 from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
+from server.http.routes.schema_registry import PREFIX as REGISTRY_PREFIX
 from server.messaging.authorization import authorize_message
 from server.messaging.caller import Caller
 from server.messaging.forwarder import HOPS_HEADER, Reply
 from server.security.access import Principal
+from server.security.tokens import basic_as_bearer
 from server.topics import TopicConfig
 from server.trace.recorder import CLIENT_HEADER
 from server.usage.meter import TENANT_HEADER
@@ -151,6 +153,10 @@ class FastPath:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         hot = route(scope["method"], scope["path"])
         if hot is None:
+            if scope["path"].startswith(REGISTRY_PREFIX):  # Confluent's clients send Basic credentials
+                bearer = basic_as_bearer(headers.get("authorization", ""))
+                if bearer is not None:
+                    headers["authorization"] = bearer
             try:
                 principal = await self._authenticate(headers)
             except ApiError as exc:

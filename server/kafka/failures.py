@@ -25,6 +25,7 @@ _BY_CODE: dict[str, ErrorCode] = {
     "MESSAGE_TOO_LARGE": ErrorCode.MESSAGE_TOO_LARGE,
     "CORRUPT_BATCH": ErrorCode.CORRUPT_MESSAGE,
     "INVALID_RECORD": ErrorCode.INVALID_RECORD,
+    "SCHEMA_VALIDATION_FAILED": ErrorCode.INVALID_RECORD,  # as Confluent Server and Redpanda refuse such records
     "NOT_OWNER": ErrorCode.NOT_LEADER_OR_FOLLOWER,
     "MISDIRECTED_REQUEST": ErrorCode.NOT_LEADER_OR_FOLLOWER,
     "OWNER_UNAVAILABLE": ErrorCode.NOT_LEADER_OR_FOLLOWER,

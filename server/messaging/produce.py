@@ -50,6 +50,7 @@ async def store_batches(
     their ``transactional_id``: its coordinator is asked before one opens a transaction here."""
     topic, partition = loaded.topic, loaded.index
     size = sum(len(b) for b in batches)
+    await validate_schemas(broker, topic, batches)
     if broker.security.enabled and caller.tenant is not None:
         producer_ids = {read_header(b, 0).producer_id for b in batches}
         await authorize_producers(broker, caller.tenant, producer_ids)
@@ -71,6 +72,16 @@ async def store_batches(
     _trace_produced(broker, topic, partition, batches, answers, caller, durable)
     metrics.produced(topic, records, size)
     return answers
+
+
+async def validate_schemas(broker: Broker, topic: str, batches: list[bytearray]) -> None:
+    """The refusal of records a topic that validates schema ids does not take (docs/schema-registry.md)."""
+    config = broker.validated(topic)
+    if config is None:
+        return
+    if broker.schema_validator is None:
+        raise ApiError(503, "SCHEMA_VALIDATION_UNAVAILABLE", f"topic {topic!r} validates schemas; no registry here")
+    await broker.schema_validator.check(config, batches)
 
 
 _Asker = Callable[[int, int], Awaitable[bool]]
@@ -138,6 +149,7 @@ async def produce_records(
             loaded = await broker.partition(topic, partition)
         except NotOwnerError as exc:  # another server's partition: hand it the batch, already encoded
             return await _forward_batch(broker, caller, exc.owner, topic, partition, batch, durable)
+        await validate_schemas(broker, topic, [batch])
         if producer and broker.security.enabled and caller.tenant is not None:
             await authorize_producers(broker, caller.tenant, {producer["producer_id"]})
         with Metered(broker, caller, topic, partition) as usage:
@@ -221,9 +233,9 @@ def produce_value_now(
 def _append_now(
     broker: Broker, caller: Caller, loaded: LoadedPartition, batch: bytearray, header: BatchHeader
 ) -> PendingProduce | None:
-    if not loaded.takes_now(header):
-        return None
     topic = loaded.topic
+    if not loaded.takes_now(header) or broker.validated(topic) is not None:
+        return None  # (validation awaits the registry: the full path checks)
     charge = admit_now(broker, caller, topic, "produce", len(batch))
     if charge is None:
         return None

@@ -16,8 +16,11 @@ Pure: no I/O. Follows the Avro 1.11 specification, "Parsing Canonical Form for S
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from server.schemas.errors import SchemaError
 
 __all__ = ["AvroSchema", "SchemaError", "canonical_form", "parse", "read_problems"]
 
@@ -32,10 +35,6 @@ _PROMOTIONS = {
 _NAMED = ("record", "error", "enum", "fixed")
 # The attributes the canonical form keeps, in its order.
 _CANONICAL_KEYS = ("name", "type", "fields", "symbols", "items", "values", "size")
-
-
-class SchemaError(ValueError):
-    """The text is not an Avro schema (the registry answers 42201, invalid schema)."""
 
 
 @dataclass(eq=False)
@@ -61,13 +60,24 @@ class AvroField:
     has_default: bool = False
 
 
-def parse(text: str) -> AvroSchema:
-    """The schema ``text`` (JSON) describes; :class:`SchemaError` saying what is wrong."""
+def parse(text: str, references: Mapping[str, str] | None = None) -> AvroSchema:
+    """The schema ``text`` (JSON) describes; :class:`SchemaError` saying what is wrong. ``references``: the texts
+    of the schemas it refers to (Confluent's schema references, by reference name, dependencies first), whose
+    named types it may use."""
+    parser = _Parser()
+    for name, referenced in (references or {}).items():
+        try:
+            parser.type_of(_json(referenced), "")
+        except SchemaError as exc:
+            raise SchemaError(f"reference {name}: {exc}") from None
+    return parser.type_of(_json(text), "")
+
+
+def _json(text: str) -> Any:
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except (ValueError, TypeError) as exc:
         raise SchemaError(f"not JSON: {exc}") from None
-    return _Parser().type_of(document, "")
 
 
 class _Parser:
@@ -199,15 +209,14 @@ def _namespace_of(full: str) -> str:
     return full.rpartition(".")[0]
 
 
-def canonical_form(text: str) -> str:
+def canonical_form(text: str, references: Mapping[str, str] | None = None) -> str:
     """The Parsing Canonical Form of the schema ``text`` (the same for schemas that differ only in what does not
     change how data is read or written: docs, defaults, aliases, order of attributes, white space)."""
-    try:
-        document = json.loads(text)
-    except (ValueError, TypeError) as exc:
-        raise SchemaError(f"not JSON: {exc}") from None
-    parse(text)  # only a valid schema has a canonical form
-    return _canonical(document, "", set())
+    parse(text, references)  # only a valid schema has a canonical form
+    defined: set[str] = set()
+    for referenced in (references or {}).values():
+        _canonical(_json(referenced), "", defined)  # their types are named, not spelled out, where used
+    return _canonical(_json(text), "", defined)
 
 
 def _canonical(node: Any, namespace: str, defined: set[str]) -> str:

@@ -6,6 +6,8 @@ The id is public (it names the token in lists and logs); the secret never leaves
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import re
@@ -35,3 +37,16 @@ def parse_token(token: str) -> tuple[str, str] | None:
 
 def verify(secret: str, stored_hash: str) -> bool:
     return hmac.compare_digest(hash_secret(secret), stored_hash)
+
+
+def basic_as_bearer(header: str) -> str | None:
+    """``Authorization: Basic`` of ``<anything>:<token>`` (how Confluent clients send credentials) as
+    ``Bearer <token>``; None for any other value."""
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        _user, _, token = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return f"Bearer {token}" if token else None

@@ -74,7 +74,6 @@ __all__ = ["NAMED_TIMEOUT_MS", "TransactionCoordinator", "validate_transactional
 
 log = logging.getLogger("talos.transactions")
 
-_READ_BYTES = 4 * 1024 * 1024
 _MARKER_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _INLINE_COMPLETION_S = 10.0  # an end waits this long for its markers, then they go on in the background
 # The transaction timeout a named producer's id gets (Kafka's default transaction.timeout.ms): a connector task
@@ -155,7 +154,7 @@ class TransactionCoordinator:
             pending = asyncio.get_running_loop().create_future()
             self._loading[index] = pending
             try:
-                shard = _Shard(loaded, fold(await _read_back(loaded)))
+                shard = _Shard(loaded, fold(await internal_topics.read_load(loaded)))
                 self._shards[index] = shard
                 metrics.transactional_ids(sum(len(s.states) for s in self._shards.values()))
                 pending.set_result(shard)
@@ -635,18 +634,3 @@ def _described(state: TxnMetadata) -> dict[str, Any]:
         # A named producer's lease (wall-clock ms; 0: none held by the current epoch)
         "lease_until_ms": state.lease_until_ms if state.lease_epoch == state.producer_epoch else 0,
     }
-
-
-async def _read_back(loaded: LoadedPartition) -> list[tuple[bytes | None, bytes | None]]:
-    """Every record of the shard's partition, from the load itself (not through the services: this load is
-    the one the coordinator writes to)."""
-    out: list[tuple[bytes | None, bytes | None]] = []
-    offset = loaded.log.start_offset
-    while offset < loaded.log.durable_offset:
-        result = await loaded.fetch(offset, _READ_BYTES, 0)
-        records, after = internal_topics.records_from(b"".join(result.batches), offset)
-        out += [(r.key, r.value) for r in records]
-        if after <= offset:
-            break
-        offset = after
-    return out

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.schemas import avro
+from server.schemas import avro, protobuf
 
 __all__ = ["FORMATS", "Format", "ParsedSchema"]
 
@@ -24,8 +24,18 @@ class Format:
     read_problems: Callable[[ParsedSchema, ParsedSchema], list[str]]
     # the parsed schema in the format's binary form, as ``?format=serialized`` asks (Protobuf's descriptor)
     serialized: Callable[[ParsedSchema], str] | None = None
+    # (text, references) → the text kept and answered, when the format keeps another form than the one given
+    readable: Callable[[str, Mapping[str, str]], str] | None = None
 
 
 FORMATS: dict[str, Format] = {
     "AVRO": Format("AVRO", avro.parse, avro.canonical_form, avro.read_problems),
+    "PROTOBUF": Format(
+        "PROTOBUF",
+        protobuf.parse,
+        protobuf.canonical_form,
+        protobuf.read_problems,
+        serialized=protobuf.serialized,
+        readable=protobuf.readable,
+    ),
 }

@@ -301,7 +301,7 @@ class Registry:
             canonical = fmt.canonical_form(text, refs)
         except SchemaError as exc:
             raise RegistryError(422, 42201, f"Invalid schema: {exc}") from None
-        stored_text = canonical if normalize else text
+        stored_text = canonical if normalize else fmt.readable(text, refs) if fmt.readable else text
         existing = self._by_text.get((tenant, fmt.name, canonical, references))
         versions = self.live(tenant, subject)
         for version in versions:
@@ -491,7 +491,7 @@ def check_subject(subject: str) -> str:
 def parse_version(version: str | int) -> int:
     try:
         number = int(version)
-    except ValueError:
+    except (TypeError, ValueError):
         number = 0
     if not 0 < number <= 2**31 - 1:
         raise RegistryError(

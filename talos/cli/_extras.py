@@ -30,6 +30,8 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
             "prometheus_client",
             "jinja2",
             "cryptography",
+            "jsonschema",
+            "google",
         ),
     ),
     "connect": ("the connectors", ("hdfs", "opensearchpy", "yaml", "pydantic", "pyarrow")),

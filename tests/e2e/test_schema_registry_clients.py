@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from talos import Admin
@@ -103,6 +104,35 @@ def test_json_serializer_round_trips_through_the_kafka_listener(kafka: KafkaStan
     users = [{"name": f"user-{i}", "favorite_number": i} for i in range(3)]
     assert _round_trip(kafka, topic, serializer, deserializer, users) == users
     assert registry.get_latest_version(f"{topic}-value").schema.schema_type == "JSON"
+
+
+def _user_message_class(package: str) -> Any:
+    """A generated-style Protobuf message class, made at run time (no protoc here): what ``user_pb2.User`` is."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(name=f"{package}/user.proto", package=package, syntax="proto3")
+    message = file.message_type.add(name="User")
+    message.field.add(name="name", number=1, type=9, label=1)  # string
+    message.field.add(name="favorite_number", number=2, type=5, label=1)  # int32
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.User"))
+
+
+def test_protobuf_serializer_round_trips_through_the_kafka_listener(kafka: KafkaStandalone) -> None:
+    topic = _topic(kafka)
+    registry = _registry(kafka)
+    user = _user_message_class(f"acme{uuid.uuid4().hex[:6]}")
+    serializer = ProtobufSerializer(user, registry, {"use.deprecated.format": False})
+    deserializer = ProtobufDeserializer(user, {"use.deprecated.format": False})
+    users = [user(name=f"user-{i}", favorite_number=i) for i in range(3)]
+    assert _round_trip(kafka, topic, serializer, deserializer, users) == users
+    latest = registry.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    # the registered descriptor answers as .proto text, and as the descriptor when asked for it serialized
+    assert "message User" in registry.get_schema(latest.schema_id).schema_str
+    serialized = _registry(kafka).get_schema(latest.schema_id, fmt="serialized").schema_str
+    assert "message User" not in serialized and base64.b64decode(serialized)
 
 
 def test_registration_is_idempotent_and_ids_are_shared_across_subjects(kafka: KafkaStandalone) -> None:

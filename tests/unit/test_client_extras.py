@@ -35,6 +35,8 @@ MODULES = {
     "uvicorn": ("uvicorn", "httptools"),  # uvicorn[standard]: the server's HTTP parser
     "fastapi": ("fastapi", "starlette", "pydantic"),
     "hdfs": ("hdfs", "requests"),
+    "protobuf": ("google",),
+    "jsonschema": ("jsonschema", "jsonschema_specifications", "referencing"),  # and what its validators use
 }
 
 

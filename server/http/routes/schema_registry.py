@@ -28,6 +28,7 @@ from server.errors import ApiError
 from server.http.forwarding import relay
 from server.http.routes.security import principal
 from server.schemas.coordinator import SchemaCoordinator
+from server.schemas.errors import SchemaError
 from server.schemas.formats import FORMATS
 from server.schemas.state import (
     Reference,
@@ -205,6 +206,8 @@ async def schema_registry(request: Request) -> Response:
         return await handler(call, params)
     except RegistryError as exc:
         return _error(exc.status, exc.code, exc.message)
+    except SchemaError as exc:
+        return _error(422, 42201, f"Invalid schema: {exc}")
     except NotOwnerError:
         return _error(503, 50003, "the registry's coordinator is moving; retry", retriable=True)
     except ApiError as exc:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.schemas import avro, protobuf
+from server.schemas import avro, json_schema, protobuf
 
 __all__ = ["FORMATS", "Format", "ParsedSchema"]
 
@@ -30,6 +30,7 @@ class Format:
 
 FORMATS: dict[str, Format] = {
     "AVRO": Format("AVRO", avro.parse, avro.canonical_form, avro.read_problems),
+    "JSON": Format("JSON", json_schema.parse, json_schema.canonical_form, json_schema.read_problems),
     "PROTOBUF": Format(
         "PROTOBUF",
         protobuf.parse,

@@ -1,6 +1,9 @@
-"""The schema registry (issue 40, in progress): schemas by format, and the compatibility levels over them.
+"""The schema registry (docs/schema-registry.md): schemas by format, Confluent's compatibility levels over them, the
+registry's state as records of ``__schemas`` and its coordinator, and produce-time validation.
 
-``avro``: parsing, the Parsing Canonical Form and Avro's schema resolution; ``compatibility``: Confluent's levels
-(BACKWARD, FORWARD, FULL, their TRANSITIVE forms, NONE) for any format's check. Pure, and not served yet: the
-registry's REST API, its storage and the JSON Schema and Protobuf formats are still to come.
+``avro``, ``json_schema``, ``protobuf``: each format's parsing, canonical form and check of what one schema reads
+of another (``formats`` names them); ``compatibility``: the levels; ``state``: the registry and every change as
+records (pure); ``coordinator``: the owner of ``__schemas`` that holds and changes it; ``validation``: what a
+partition's owner asks before it stores a record of a topic that validates schema ids. The REST edge is
+``server.http.routes.schema_registry``.
 """

@@ -8,8 +8,9 @@ coordinator that takes over sees exactly what the previous one acknowledged.
 
 Records (key and value JSON; the newest record of a key wins, so the topic is compacted):
 
-- ``["schema", id]`` → ``{"tenant", "type", "schema", "references"}``: a schema by id. Never deleted, so the
-  highest id survives compaction and an id is never given twice.
+- ``["schema", id]`` → ``{"tenant", "type", "schema", "references"}``: a schema by id; null once no version
+  names it (hard deletes).
+- ``["next-id"]`` → ``{"next"}``: the lowest id never given, so no id is given twice, whatever was deleted.
 - ``["version", tenant, subject, version]`` → ``{"id", "deleted"}``; null once hard-deleted.
 - ``["config", tenant, subject]`` → ``{"compatibility"}`` (subject ``""``: the tenant's global level); null: unset.
 - ``["mode", tenant, subject]`` → ``{"mode"}``; null: unset.
@@ -45,6 +46,10 @@ __all__ = [
 MODES: Final = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 DEFAULT_MODE: Final = "READWRITE"
 MAX_SUBJECT: Final = 255
+# What one tenant may keep, so that no tenant fills the coordinator's memory (every schema is held there): the
+# registry refuses more until some are deleted permanently.
+MAX_SCHEMA_BYTES: Final = 1024 * 1024
+MAX_SCHEMAS_PER_TENANT: Final = 10_000
 
 
 class RegistryError(Exception):
@@ -124,6 +129,7 @@ class Registry:
     modes: dict[tuple[str | None, str], str] = field(default_factory=dict)
     _by_text: dict[tuple[str | None, str, str, tuple[Reference, ...]], int] = field(default_factory=dict)
     _canonical: dict[int, str] = field(default_factory=dict)
+    _next_floor: int = 1  # the ``["next-id"]`` record: ids below were given, even if their schemas are gone
 
     # ---------------------------------------------------------------- the fold
 
@@ -139,6 +145,13 @@ class Registry:
             self.schemas[found.id] = found
             if index:
                 self._index(found)
+        elif kind == "schema":  # no version names it any more: forgotten (its id is never given again)
+            gone = self.schemas.pop(int(parts[1]), None)
+            self._canonical.pop(int(parts[1]), None)
+            if gone is not None:
+                self._by_text = {k: v for k, v in self._by_text.items() if v != gone.id}
+        elif kind == "next-id" and doc is not None:
+            self._next_floor = max(self._next_floor, int(doc["next"]))
         elif kind == "version":
             _, tenant, subject, number = parts
             versions = self.versions.setdefault((tenant, subject), {})
@@ -169,7 +182,7 @@ class Registry:
 
     @property
     def next_id(self) -> int:
-        return max(self.schemas, default=0) + 1
+        return max(max(self.schemas, default=0) + 1, self._next_floor)
 
     # ---------------------------------------------------------------- reads
 
@@ -295,6 +308,8 @@ class Registry:
             raise RegistryError(
                 422, 42205, f"Subject {subject} is not in import mode: an id or version may not be chosen"
             )
+        if len(text.encode()) > MAX_SCHEMA_BYTES:
+            raise RegistryError(422, 42201, f"Invalid schema: larger than {MAX_SCHEMA_BYTES} bytes")
         refs = self.reference_texts(tenant, references)
         try:
             parsed = fmt.parse(text, refs)
@@ -319,6 +334,8 @@ class Registry:
             else:
                 existing = self.next_id
             if existing not in self.schemas:
+                self._room_for_one_more(tenant)
+                out.append(record(("next-id",), {"next": max(self.next_id, existing + 1)}))
                 out.append(
                     record(
                         ("schema", existing),
@@ -397,7 +414,7 @@ class Registry:
                     "deleted",
                 )
             self._not_referenced(tenant, subject, found.version)
-            return found.version, [record(("version", tenant, subject, found.version), None)]
+            return found.version, self._hard_deleted(tenant, subject, [found])
         found = self.version(tenant, subject, version)
         self._not_referenced(tenant, subject, found.version)
         return found.version, [record(("version", tenant, subject, found.version), {"id": found.id, "deleted": True})]
@@ -415,7 +432,7 @@ class Registry:
                 raise RegistryError(
                     404, 40405, f"Subject '{subject}' was not deleted first before being permanently deleted"
                 )
-            out = [record(("version", tenant, subject, v.version), None) for v in everything]
+            out = self._hard_deleted(tenant, subject, everything)
             out += [
                 record((kind, tenant, subject), None)
                 for kind, kept in (("config", self.levels), ("mode", self.modes))
@@ -453,6 +470,32 @@ class Registry:
                     422, 42204, "Cannot import since found existing subjects (set ?force=true to import anyway)"
                 )
         return [record(("mode", tenant, subject), None if mode is None else {"mode": mode})]
+
+    def _hard_deleted(self, tenant: str | None, subject: str, versions: list[Version]) -> Records:
+        """The records that delete ``versions`` for good, and forget each schema no other version names."""
+        out = [record(("version", tenant, subject, v.version), None) for v in versions]
+        removed = {(subject, v.version) for v in versions}
+        for schema_id in sorted({v.id for v in versions}):
+            others = [
+                (owner, v)
+                for owner, v in self.uses_of(schema_id, deleted=True)
+                if owner != tenant or (v.subject, v.version) not in removed
+            ]
+            if not others:
+                out.append(record(("schema", schema_id), None))
+        return out
+
+    def _room_for_one_more(self, tenant: str | None) -> None:
+        """42205 once the tenant holds :data:`MAX_SCHEMAS_PER_TENANT` schemas."""
+        if tenant is None:
+            return  # the admin's, or every schema with auth off: the operator's own to bound
+        held = sum(1 for found in self.schemas.values() if found.tenant == tenant)
+        if held >= MAX_SCHEMAS_PER_TENANT:
+            raise RegistryError(
+                422,
+                42205,
+                f"tenant {tenant} holds {held} schemas, the most a tenant may: delete some permanently first",
+            )
 
     def _writable(self, tenant: str | None, subject: str) -> None:
         if self.mode(tenant, subject) == "READONLY":

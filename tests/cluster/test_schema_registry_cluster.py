@@ -72,6 +72,10 @@ def test_concurrent_registration_through_every_server_and_kill_9_of_the_schemas_
             ["warm-up", "shared-0", "shared-1", *(f"own-{i}" for i in range(9))]
         )
 
+    # a subject holding "/" (sent as %2F) relayed whole from every server to the coordinator
+    assert {_register(client, "team/shared", shared) for client in clients} == {ids["shared"][0]}
+    assert all(client.get_versions("team/shared") == [1] for client in clients)
+
     owner = cluster.routes("__schemas")[0]
     registered = {f"own-{i}": ids["own"][i] for i in range(9)}  # not in thread order: read them back
     registered = {s: clients[0].get_latest_version(s).schema_id for s in registered}

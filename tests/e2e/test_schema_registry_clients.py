@@ -223,3 +223,12 @@ def test_validation_on_produce_refuses_records_without_a_registered_id(kafka: Ka
         assert accepted.status_code == 200, accepted.text
     with Admin(kafka.url) as admin:
         assert admin.describe_topic(topic).partition_offsets[0].latest == 2  # the two accepted records only
+
+
+def test_a_subject_may_hold_a_slash(kafka: KafkaStandalone) -> None:
+    registry = _registry(kafka)  # Confluent's client sends it as %2F
+    subject = f"team/{uuid.uuid4().hex[:6]}"
+    schema_id = registry.register_schema(subject, Schema(USER_AVRO, "AVRO"))
+    assert registry.get_latest_version(subject).schema_id == schema_id
+    assert subject in registry.get_subjects()
+    assert registry.delete_subject(subject) == [1]

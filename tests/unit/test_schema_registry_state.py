@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.schemas import state
 from server.schemas.state import Records, Reference, Registry, RegistryError, decode_key
 
 
@@ -54,7 +55,7 @@ def test_register_gives_one_id_per_schema_and_a_version_per_subject() -> None:
     first = log.do(log.registry.register(None, "a", "AVRO", USER, ()))
     assert first == 1
     assert log.do(log.registry.register(None, "a", "AVRO", USER, ())) == 1
-    assert len(log.records) == 2  # the schema and the version; registering again wrote nothing
+    assert len(log.records) == 3  # the next id, the schema and the version; registering again wrote nothing
     respelled = json.dumps(json.loads(USER), indent=4)
     assert log.do(log.registry.register(None, "b", "AVRO", respelled, ())) == 1  # same canonical form
     assert [v.version for v in log.registry.live(None, "b")] == [1]
@@ -88,7 +89,12 @@ def test_soft_delete_hides_hard_delete_needs_soft_first_and_ids_are_never_given_
     assert log.registry.schema(schema_id).schema == USER  # a soft-deleted version's id still answers
     assert log.do(log.registry.delete_subject(None, "s", permanent=True)) == [1]
     assert log.registry.subjects(None, deleted=True) == []
-    again = log.do(log.registry.register(None, "s", "AVRO", schema("New", ("x", "int")), ()))
+    with pytest.raises(RegistryError):
+        log.registry.schema(schema_id)  # no version names it: forgotten
+    # after compaction too, the next schema gets a new id (even the same text: it was forgotten)
+    log.registry = log.folded(compacted(log.records))
+    assert schema_id not in log.registry.schemas
+    again = log.do(log.registry.register(None, "s", "AVRO", USER, ()))
     assert again == schema_id + 1
     assert [v.version for v in log.registry.live(None, "s")] == [1]  # the subject starts over
 
@@ -117,6 +123,24 @@ def test_tenants_have_their_own_subjects_and_ids() -> None:
     assert log.registry.subjects(None) == []
     log.do((None, log.registry.set_level("a", "s", "NONE")))
     assert log.registry.level("b", "s") == "BACKWARD"
+
+
+def test_a_tenant_may_hold_only_so_many_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state, "MAX_SCHEMAS_PER_TENANT", 2)
+    log = Log()
+    for i in range(2):
+        log.do(log.registry.register("a", f"s{i}", "AVRO", schema(f"R{i}"), ()))
+    log.do(log.registry.register("a", "s9", "AVRO", schema("R0"), ()))  # a schema it holds: no more room needed
+    with pytest.raises(RegistryError) as full:
+        log.registry.register("a", "s2", "AVRO", schema("R2"), ())
+    assert full.value.code == 42205
+    assert log.do(log.registry.register("b", "s2", "AVRO", schema("R2"), ())) > 0  # another tenant's room
+    log.do(log.registry.delete_subject("a", "s1", permanent=False))
+    log.do(log.registry.delete_subject("a", "s1", permanent=True))
+    assert log.do(log.registry.register("a", "s2", "AVRO", schema("R2"), ())) > 0  # room again
+    with pytest.raises(RegistryError) as large:
+        log.registry.register("a", "big", "AVRO", " " * (state.MAX_SCHEMA_BYTES + 1), ())
+    assert large.value.code == 42201
 
 
 def test_modes() -> None:
@@ -202,4 +226,4 @@ def test_the_fold_of_the_records_and_of_their_compaction_is_the_registry_the_cha
         assert folded.levels == log.registry.levels
         assert folded.modes == log.registry.modes
         assert folded.next_id == log.registry.next_id
-    assert all(decode_key(key)[0] in ("schema", "version", "config", "mode") for key, _ in log.records)
+    assert all(decode_key(key)[0] in ("schema", "next-id", "version", "config", "mode") for key, _ in log.records)

@@ -191,16 +191,15 @@ Handler = Callable[[_Call, list[str]], Awaitable[Response]]
     "See docs/schema-registry.md for what is served and who may see what.",
 )
 async def schema_registry(request: Request) -> Response:
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    path = raw.decode("latin-1").split("?", 1)[0][len(PREFIX) :]
-    segments = [unquote(s) for s in path.split("/") if s]
+    raw = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1").split("?", 1)[0]
+    segments = [unquote(s) for s in raw[len(PREFIX) :].split("/") if s]
     broker: Broker = request.app.state.broker
     coordinator: SchemaCoordinator = request.app.state.schemas
     try:
         body = await read_body(request.receive, _MAX_BODY, request.headers.get("content-length"))
         owner = await coordinator.owner()
         if not owner.local:
-            return await relay(broker.forwarder, owner, request, body)
+            return await relay(broker.forwarder, owner, request, body, path=raw)
         handler, params = _dispatch(request.method, segments)
         call = _Call(broker, coordinator, principal(request), request.query_params, body)
         return await handler(call, params)

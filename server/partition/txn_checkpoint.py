@@ -33,14 +33,21 @@ _KEEP = 2
 
 def state_at(state: PartitionTransactions, offset: int) -> PartitionTransactions:
     """What ``state`` (the live one, which may hold batches and markers not durable yet) says about the log
-    below ``offset`` (durable): a transaction whose marker is at or past it is still open there."""
+    below ``offset`` (durable): a transaction whose marker is at or past it is still open there, and one whose
+    marker is below it is decided there, even if the live state has not heard yet that its flush is done (the
+    log's durable offset moves in the I/O thread, the state a moment later on the event loop: a checkpoint
+    taken between the two once left out an aborted transaction, whose records a load then took as committed)."""
     open_ = {pid: first for pid, first in state.open.items() if first < offset}
     epochs = {pid: state.epochs[pid] for pid in open_ if pid in state.epochs}
-    for closing in state.closing:
-        if closing.marker_offset >= offset and closing.first_offset < offset:
-            open_[closing.producer_id] = closing.first_offset  # (its epoch went with the marker: unknown, 0)
     aborted = [t for t in state.aborted if t.last_offset < offset]
-    return PartitionTransactions(open_, aborted, [], dict(state.coordinator_epochs), epochs)
+    for closing in state.closing:
+        if closing.first_offset >= offset:
+            continue
+        if closing.marker_offset >= offset:
+            open_[closing.producer_id] = closing.first_offset  # (its epoch went with the marker: unknown, 0)
+        elif not closing.committed:
+            aborted.append(AbortedTransaction(closing.marker_offset, closing.first_offset, closing.producer_id))
+    return PartitionTransactions(open_, sorted(aborted), [], dict(state.coordinator_epochs), epochs)
 
 
 def encode(state: PartitionTransactions, offset: int) -> bytes:

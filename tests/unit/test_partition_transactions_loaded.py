@@ -284,6 +284,26 @@ def test_a_checkpoint_keeps_the_transactions_a_load_would_not_read_in_the_tail(
     plog.close()
 
 
+def test_a_checkpoint_taken_before_the_state_hears_of_the_flush_keeps_the_aborted_transaction() -> None:
+    # The log's durable offset moves in the I/O thread, the live state's on the event loop a moment later: a
+    # checkpoint at the new durable offset taken in between saw the abort marker still "closing". Seen under a
+    # network fault: the checkpoint left the aborted transaction out, and after a reload from it a
+    # read-committed consumer read the aborted records.
+    live = PartitionTransactions()
+    live.appended(7, 15, transactional=True)
+    live.appended(8, 16, transactional=True)
+    live.appended(9, 17, transactional=True)
+    live.ended(7, 18, committed=False)
+    live.ended(8, 19, committed=True)
+    live.ended(9, 21, committed=False)
+    at = txn_checkpoint.state_at(live, 20)  # durable through 19; the live state not told yet
+    assert at.aborted == [AbortedTransaction(18, 15, 7)]
+    assert at.open == {9: 17}  # its abort marker at 21 is not durable: still open below 20
+    assert at.closing == []
+    live.durable(20)
+    assert txn_checkpoint.state_at(live, 20).aborted == at.aborted  # the same, once the state has heard
+
+
 def test_a_checkpoint_round_trips_and_an_unreadable_one_is_passed_over(tmp_path: Path) -> None:
     state = PartitionTransactions({7: 10}, [AbortedTransaction(5, 2, 3)], [], {3: 1})
     assert txn_checkpoint.decode(txn_checkpoint.encode(state, 12)) == (12, state)

@@ -33,12 +33,17 @@ def _settings_of(method: Callable[..., object], configs: tuple[str, ...]) -> dic
     out: dict[str, Any] = {}
     for config in configs:
         name, sep, value = config.partition("=")
-        keyword = name.strip().replace(".", "_")
+        keyword = name.strip().removeprefix("confluent.").replace(".", "_")  # Confluent's schema validation
         parameter = parameters.get(keyword)
         if not sep or parameter is None or keyword in ("self", "name", "partitions"):
             known = ", ".join(p.replace("_", ".") for p in parameters if p not in ("self", "name", "partitions"))
             raise click.BadParameter(f"{config!r}: expected NAME=VALUE with NAME one of {known}", param_hint="--config")
         kind = str(parameter.annotation)
+        if "bool" in kind:
+            if value.strip().lower() not in ("true", "false"):
+                raise click.BadParameter(f"{config!r}: {name} is true or false", param_hint="--config")
+            out[keyword] = value.strip().lower() == "true"
+            continue
         try:
             out[keyword] = float(value) if "float" in kind else int(value) if "int" in kind else value.strip()
         except ValueError:
@@ -51,7 +56,8 @@ CONFIG = click.option(
     "configs",
     multiple=True,
     metavar="NAME=VALUE",
-    help="A setting as Kafka names it (cleanup.policy=compact, retention.ms=86400000; -1: unlimited). Repeatable.",
+    help="A setting as Kafka names it (cleanup.policy=compact, retention.ms=86400000, "
+    "confluent.value.schema.validation=true; -1: unlimited). Repeatable.",
 )
 
 

@@ -462,7 +462,12 @@ def test_cli_creates_and_alters_with_kafka_config_names(kafka: KafkaStandalone, 
     assert unlimited.exit_code == 0, unlimited.output
     with Admin(kafka.url) as talos:
         assert talos.describe_topic(topic).retention_ms is None
-    for bad in ("flush.ms=1", "retention.ms", "retention.ms=soon"):
+    validated = runner.invoke(
+        talos_cli, ["topics", "alter", topic, "--config", "confluent.value.schema.validation=true", "--url", kafka.url]
+    )
+    assert validated.exit_code == 0, validated.output
+    assert _configs(admin, topic)["confluent.value.schema.validation"].value == "true"  # Kafka's name and type
+    for bad in ("flush.ms=1", "retention.ms", "retention.ms=soon", "confluent.key.schema.validation=maybe"):
         refused = runner.invoke(talos_cli, ["topics", "alter", topic, "--config", bad, "--url", kafka.url])
         assert refused.exit_code == 2, refused.output
         assert "--config" in refused.output

@@ -28,6 +28,8 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient as KafkaAdmin
 from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from server.devservices import StandaloneServer, free_port, wait_until
 from talos import TLS, Admin, Consumer, Producer, Subscriber, TransportError
@@ -422,6 +424,24 @@ def test_a_client_certificate_names_its_tenant_and_nobody_can_claim_one(
         assert admin.whoami()["tenant"] == "acme"
     with Producer(secured_tls.url, tls=tls, token="") as producer:
         assert producer.send("acme-orders", b"sdk by certificate").result(30).offset >= 1
+
+
+def test_the_schema_registry_over_https_with_a_client_certificate(secured_tls: TlsServer, certs: Certificates) -> None:
+    url = f"{secured_tls.url}/schema-registry"
+    by_cert = SchemaRegistryClient(
+        {
+            "url": url,
+            "ssl.ca.location": str(certs.ca_file),
+            "ssl.certificate.location": str(certs.client_pem),
+            "ssl.key.location": str(certs.client_pem),
+        }
+    )
+    schema = Schema(json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}))
+    schema_id = by_cert.register_schema("acme-orders-value", schema)  # acme's topic: the certificate's tenant's
+    assert by_cert.get_latest_version("acme-orders-value").schema_id == schema_id
+    with pytest.raises(SchemaRegistryError) as anonymous:
+        SchemaRegistryClient({"url": url, "ssl.ca.location": str(certs.ca_file)}).get_subjects()
+    assert anonymous.value.http_status_code == 401
 
 
 @pytest.mark.slow

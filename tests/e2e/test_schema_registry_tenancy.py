@@ -106,6 +106,15 @@ def test_other_subjects_are_each_tenants_own(tenants: Tenants) -> None:
         assert globex.get("/config/com.acme.User").json()["error_code"] == 40408  # acme's level is acme's
         assert _register(globex, "com.acme.User", USER_NO_DEFAULT).status_code == 409  # BACKWARD for globex
         assert _register(acme, "com.acme.User", USER_NO_DEFAULT).status_code == 200
+        # a topic's subject registered before the topic exists is its registrant's, and stays so once it does
+        early = _register(acme, "later-value", USER).json()["id"]
+        assert "later-value" in acme.get("/subjects").json()
+        assert acme.get(f"/schemas/ids/{early}").status_code == 200
+        assert globex.get(f"/schemas/ids/{early}").json()["error_code"] == 40403
+        with Admin(tenants.server.url, token=tenants.acme) as owner:
+            owner.create_topic("later")
+        assert acme.get("/subjects/later-value/versions").json() == [1]
+        assert "later-value" not in globex.get("/subjects").json()
 
 
 def test_python_schema_registry_client_registers_and_checks_compatibility(tenants: Tenants) -> None:

@@ -42,6 +42,7 @@ from server.schemas.state import (
     with_schema,
 )
 from server.security.access import Principal, actions_on
+from server.topics import TopicConfig
 from server.web import read_body
 
 __all__ = ["PREFIX", "router", "subject_topic"]
@@ -118,12 +119,7 @@ class _Call:
         if not broker.security.enabled:
             return None
         topic = subject_topic(subject)
-        config = None
-        if topic is not None and not topic.startswith("__"):
-            try:
-                config = broker.topic(topic)
-            except ApiError:
-                config = None
+        config = self._topic(topic) if topic is not None else None
         if config is None:
             return self.who.tenant
         actions = actions_on(self.who, broker.security.state, config.name, config.tenant)
@@ -135,26 +131,24 @@ class _Call:
         return config.tenant
 
     def may_read(self, tenant: str | None, subject: str) -> bool:
-        if not self.broker.security.enabled or self.who.admin:
+        """Whether the caller reads a subject kept under ``tenant``: its own, or a topic's it has a grant on."""
+        if not self.broker.security.enabled or self.who.admin or tenant == self.who.tenant:
             return True
-        if tenant == self.who.tenant:
-            topic = subject_topic(subject)
-            return topic is None or self._topic_tenant(topic) in (None, tenant) or self._reads_topic(topic)
         topic = subject_topic(subject)
-        return topic is not None and self._topic_tenant(topic) == tenant and self._reads_topic(topic)
+        config = self._topic(topic) if topic is not None else None
+        return (
+            config is not None
+            and config.tenant == tenant
+            and bool(actions_on(self.who, self.broker.security.state, config.name, config.tenant))
+        )
 
-    def _topic_tenant(self, topic: str) -> str | Literal[False] | None:
+    def _topic(self, name: str) -> TopicConfig | None:
+        if name.startswith("__"):
+            return None
         try:
-            return self.broker.topic(topic).tenant
+            return self.broker.topic(name)
         except ApiError:
-            return False
-
-    def _reads_topic(self, topic: str) -> bool:
-        try:
-            config = self.broker.topic(topic)
-        except ApiError:
-            return False
-        return bool(actions_on(self.who, self.broker.security.state, topic, config.tenant))
+            return None
 
     def visible_subjects(self, registry: Registry, *, deleted: bool, prefix: str) -> list[str]:
         return sorted(

@@ -19,6 +19,7 @@ from server.broker import Broker
 from server.errors import ApiError, error_body, out_of_range
 from server.http import messages
 from server.http.routes.schema_registry import PREFIX as REGISTRY_PREFIX
+from server.http.routes.schema_registry import error_body as registry_error_body
 from server.messaging.authorization import authorize_message
 from server.messaging.caller import Caller
 from server.messaging.forwarder import HOPS_HEADER, Reply
@@ -153,14 +154,18 @@ class FastPath:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         hot = route(scope["method"], scope["path"])
         if hot is None:
-            if scope["path"].startswith(REGISTRY_PREFIX):  # Confluent's clients send Basic credentials
+            registry = scope["path"].startswith(REGISTRY_PREFIX)
+            if registry:  # Confluent's clients send Basic credentials
                 bearer = basic_as_bearer(headers.get("authorization", ""))
                 if bearer is not None:
                     headers["authorization"] = bearer
             try:
                 principal = await self._authenticate(headers)
             except ApiError as exc:
-                await _send(send, error_reply(exc))
+                refused = error_reply(exc)
+                if registry:  # in Confluent's shape, which its clients read
+                    refused.body = registry_error_body(exc)
+                await _send(send, refused)
                 return
             _for_routes(scope, principal)
             await self._pass_on(scope, receive, send)

@@ -22,7 +22,7 @@ from typing import Any
 
 from server.schemas.errors import SchemaError
 
-__all__ = ["AvroSchema", "SchemaError", "canonical_form", "parse", "read_problems"]
+__all__ = ["AvroSchema", "SchemaError", "canonical_form", "normalized", "parse", "read_problems"]
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 _PROMOTIONS = {
@@ -207,6 +207,15 @@ def _full_name(name: str, namespace: str) -> str:
 
 def _namespace_of(full: str) -> str:
     return full.rpartition(".")[0]
+
+
+def normalized(text: str, references: Mapping[str, str] | None = None) -> str:
+    """The schema as compact JSON with its attributes in order: the same for the same schema written with other
+    white space or attribute order, and different for any other change (a default, an alias, a doc, a logical
+    type), which the Parsing Canonical Form would drop. What the registry knows a schema again by, as Confluent
+    does."""
+    parse(text, references)
+    return json.dumps(_json(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_form(text: str, references: Mapping[str, str] | None = None) -> str:

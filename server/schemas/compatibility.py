@@ -29,9 +29,17 @@ DEFAULT_LEVEL = "BACKWARD"  # Confluent's default
 S = TypeVar("S")
 
 
-def problems(level: str, new: S, earlier: Sequence[S], read_problems: Callable[[S, S], list[str]]) -> list[str]:
+def problems(
+    level: str,
+    new: S,
+    earlier: Sequence[S],
+    read_problems: Callable[[S, S], list[str]],
+    *,
+    numbers: Sequence[int] | None = None,
+) -> list[str]:
     """Why ``new`` may not follow ``earlier`` (its subject's versions, oldest first) at ``level``; empty if it may.
-    ``read_problems(reader, writer)``: why data written with ``writer`` cannot be read with ``reader``."""
+    ``read_problems(reader, writer)``: why data written with ``writer`` cannot be read with ``reader``.
+    ``numbers``: the versions ``earlier`` are, for the messages (1, 2, ... if not given)."""
     if level not in LEVELS:
         raise ValueError(f"compatibility level {level!r}: expected one of {', '.join(LEVELS)}")
     if level == "NONE" or not earlier:
@@ -39,7 +47,8 @@ def problems(level: str, new: S, earlier: Sequence[S], read_problems: Callable[[
     against = list(earlier) if level.endswith("_TRANSITIVE") else [earlier[-1]]
     kind = level.removesuffix("_TRANSITIVE")
     found: list[str] = []
-    for version, old in zip(range(len(earlier) - len(against) + 1, len(earlier) + 1), against, strict=True):
+    labels = list(numbers) if numbers is not None else list(range(1, len(earlier) + 1))
+    for version, old in zip(labels[len(earlier) - len(against) :], against, strict=True):
         if kind in ("BACKWARD", "FULL"):
             found += [f"version {version}'s data, read with the new schema: {p}" for p in read_problems(new, old)]
         if kind in ("FORWARD", "FULL"):

@@ -92,7 +92,13 @@ class SchemaCoordinator:
                 loaded = self._loaded
                 assert loaded is not None
                 batch = bytearray(encode_batch([RecordData(value, key) for key, value in records]))
-                await loaded.produce(batch)
+                try:
+                    await loaded.produce(batch)
+                except BaseException:
+                    # The batch may be in the log all the same (a flush that failed after its write, a fence
+                    # after the sync): the next call reads the partition back rather than trust memory.
+                    self._loaded = None
+                    raise
                 for key, value in records:
                     registry.apply(key, value)
             return answer

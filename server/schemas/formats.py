@@ -18,7 +18,7 @@ class Format:
     name: str  # AVRO, JSON, PROTOBUF
     # (text, references: reference name → text) → the parsed schema; SchemaError for one that is not valid
     parse: Callable[[str, Mapping[str, str]], ParsedSchema]
-    # the same text for the same schema, however it is written
+    # the same text for the same schema, however it is written (how a schema registered again is known)
     canonical_form: Callable[[str, Mapping[str, str]], str]
     # (reader, writer) → why data written with writer cannot be read with reader
     read_problems: Callable[[ParsedSchema, ParsedSchema], list[str]]
@@ -29,7 +29,8 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {
-    "AVRO": Format("AVRO", avro.parse, avro.canonical_form, avro.read_problems),
+    # Known again by its normalized JSON, not the Parsing Canonical Form: that drops defaults and logical types.
+    "AVRO": Format("AVRO", avro.parse, avro.normalized, avro.read_problems),
     "JSON": Format("JSON", json_schema.parse, json_schema.canonical_form, json_schema.read_problems),
     "PROTOBUF": Format(
         "PROTOBUF",

@@ -50,6 +50,8 @@ MAX_SUBJECT: Final = 255
 # registry refuses more until some are deleted permanently.
 MAX_SCHEMA_BYTES: Final = 1024 * 1024
 MAX_SCHEMAS_PER_TENANT: Final = 10_000
+MAX_VERSIONS_PER_TENANT: Final = 50_000
+MAX_ID: Final = 2**31 - 1  # ids and versions are 4-byte signed in Confluent's framing and its Java client
 
 
 class RegistryError(Exception):
@@ -148,8 +150,8 @@ class Registry:
         elif kind == "schema":  # no version names it any more: forgotten (its id is never given again)
             gone = self.schemas.pop(int(parts[1]), None)
             self._canonical.pop(int(parts[1]), None)
-            if gone is not None:
-                self._by_text = {k: v for k, v in self._by_text.items() if v != gone.id}
+            if gone is not None and index:
+                self.reindex()  # another id of the same text (IMPORT may make one) is the one found now
         elif kind == "next-id" and doc is not None:
             self._next_floor = max(self._next_floor, int(doc["next"]))
         elif kind == "version":
@@ -178,7 +180,9 @@ class Registry:
         except (SchemaError, RegistryError, KeyError):
             text = found.schema  # not valid by this server's rules (an older one's): known by its text alone
         self._canonical[found.id] = text
-        self._by_text.setdefault((found.tenant, found.type, text, found.references), found.id)
+        key = (found.tenant, found.type, text, found.references)
+        if found.id < self._by_text.get(key, found.id + 1):  # the lowest id of a text: the same live and folded
+            self._by_text[key] = found.id
 
     @property
     def next_id(self) -> int:
@@ -235,7 +239,11 @@ class Registry:
         return self.levels.get((tenant, subject)) or self.levels.get((tenant, "")) or DEFAULT_LEVEL
 
     def mode(self, tenant: str | None, subject: str) -> str:
-        return self.modes.get((tenant, subject)) or self.modes.get((tenant, "")) or DEFAULT_MODE
+        """The subject's mode, else the global one; a global READONLY_OVERRIDE wins over every subject's."""
+        overall = self.modes.get((tenant, ""))
+        if overall == "READONLY_OVERRIDE":
+            return overall
+        return self.modes.get((tenant, subject)) or overall or DEFAULT_MODE
 
     def referenced_by(self, tenant: str | None, subject: str, version: int) -> list[int]:
         """The ids of the tenant's schemas that refer to the version (in use: a version they refer to stays)."""
@@ -308,6 +316,9 @@ class Registry:
             raise RegistryError(
                 422, 42205, f"Subject {subject} is not in import mode: an id or version may not be chosen"
             )
+        for name, chosen in (("id", wanted_id), ("version", wanted_version)):
+            if chosen is not None and not 0 < chosen <= MAX_ID:
+                raise RegistryError(422, 42201, f"an imported {name} is 1 to {MAX_ID}: {chosen}")
         if len(text.encode()) > MAX_SCHEMA_BYTES:
             raise RegistryError(422, 42201, f"Invalid schema: larger than {MAX_SCHEMA_BYTES} bytes")
         refs = self.reference_texts(tenant, references)
@@ -326,13 +337,17 @@ class Registry:
         if existing is None or (wanted_id is not None and wanted_id != existing):
             if wanted_id is not None:
                 taken = self.schemas.get(wanted_id)
-                if taken is not None and self._canonical.get(wanted_id) != canonical:
+                if (taken is None and wanted_id < self.next_id) or (
+                    taken is not None and (taken.tenant != tenant or self._canonical.get(wanted_id) != canonical)
+                ):
                     raise RegistryError(
-                        422, 42207, f"Overwrite new schema with id {wanted_id} is not permitted: another schema has it"
+                        422, 42207, f"Overwrite new schema with id {wanted_id} is not permitted: the id was given"
                     )
                 existing = wanted_id
             else:
                 existing = self.next_id
+                if existing > MAX_ID:
+                    raise RegistryError(422, 42205, f"every schema id up to {MAX_ID} was given")
             if existing not in self.schemas:
                 self._room_for_one_more(tenant)
                 out.append(record(("next-id",), {"next": max(self.next_id, existing + 1)}))
@@ -347,17 +362,19 @@ class Registry:
                         },
                     )
                 )
+        self._room_for_a_version(tenant)
         if mode != "IMPORT":
             level = self.level(tenant, subject)
-            earlier = [self.parsed(v.id) for v in versions if self.schemas[v.id].type == fmt.name]
-            if any(self.schemas[v.id].type != fmt.name for v in versions) and level != "NONE":
+            against = versions if level.endswith("_TRANSITIVE") else versions[-1:]
+            if any(self.schemas[v.id].type != fmt.name for v in against) and level != "NONE":
                 raise RegistryError(
                     409,
                     409,
                     f"Schema being registered is incompatible with an earlier schema for subject "
                     f"'{subject}': its type {fmt.name} differs from the subject's",
                 )
-            found = problems(level, parsed, earlier, fmt.read_problems)
+            earlier = [self.parsed(v.id) for v in against] if level != "NONE" else []
+            found = problems(level, parsed, earlier, fmt.read_problems, numbers=[v.version for v in against])
             if found:
                 raise RegistryError(
                     409,
@@ -391,13 +408,16 @@ class Registry:
         level = self.level(tenant, subject)
         if version is None:
             against = self.live(tenant, subject)
+            against = against if level.endswith("_TRANSITIVE") else against[-1:]
         else:
             against = [self.version(tenant, subject, version)]
             level = level.removesuffix("_TRANSITIVE")
-        earlier = [self.parsed(v.id) for v in against]
-        if any(self.schemas[v.id].type != fmt.name for v in against) and level != "NONE":
+        if level == "NONE":
+            return []
+        if any(self.schemas[v.id].type != fmt.name for v in against):
             return [f"the subject's schemas are not {fmt.name}"]
-        return problems(level, parsed, earlier, fmt.read_problems)
+        earlier = [self.parsed(v.id) for v in against]
+        return problems(level, parsed, earlier, fmt.read_problems, numbers=[v.version for v in against])
 
     def delete_version(
         self, tenant: str | None, subject: str, version: str | int, *, permanent: bool
@@ -415,7 +435,14 @@ class Registry:
                 )
             self._not_referenced(tenant, subject, found.version)
             return found.version, self._hard_deleted(tenant, subject, [found])
-        found = self.version(tenant, subject, version)
+        found = self.version(tenant, subject, version, deleted=True)
+        if found.deleted:
+            raise RegistryError(
+                404,
+                40406,
+                f"Subject '{subject}' Version {found.version} was soft deleted. Set permanent=true to delete "
+                "permanently",
+            )
         self._not_referenced(tenant, subject, found.version)
         return found.version, [record(("version", tenant, subject, found.version), {"id": found.id, "deleted": True})]
 
@@ -441,7 +468,9 @@ class Registry:
             return [v.version for v in everything], out
         shown = [v for v in everything if not v.deleted]
         if not shown:
-            raise subject_not_found(subject)
+            raise RegistryError(
+                404, 40404, f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently"
+            )
         out = [record(("version", tenant, subject, v.version), {"id": v.id, "deleted": True}) for v in shown]
         return [v.version for v in shown], out
 
@@ -485,6 +514,18 @@ class Registry:
                 out.append(record(("schema", schema_id), None))
         return out
 
+    def _room_for_a_version(self, tenant: str | None) -> None:
+        """42205 once the tenant's subjects hold :data:`MAX_VERSIONS_PER_TENANT` versions (soft-deleted ones too)."""
+        if tenant is None:
+            return
+        held = sum(len(versions) for (owner, _), versions in self.versions.items() if owner == tenant)
+        if held >= MAX_VERSIONS_PER_TENANT:
+            raise RegistryError(
+                422,
+                42205,
+                f"tenant {tenant} holds {held} versions, the most a tenant may: delete some permanently first",
+            )
+
     def _room_for_one_more(self, tenant: str | None) -> None:
         """42205 once the tenant holds :data:`MAX_SCHEMAS_PER_TENANT` schemas."""
         if tenant is None:
@@ -498,7 +539,7 @@ class Registry:
             )
 
     def _writable(self, tenant: str | None, subject: str) -> None:
-        if self.mode(tenant, subject) == "READONLY":
+        if self.mode(tenant, subject) in ("READONLY", "READONLY_OVERRIDE"):
             raise RegistryError(422, 42205, f"Subject {subject} is in read-only mode")
 
     def _not_referenced(self, tenant: str | None, subject: str, version: int) -> None:

@@ -4,10 +4,10 @@ schema registered under the topic's subject ``<topic>-value`` (``<topic>-key``).
 tombstone) or key has no schema and passes.
 
 Checked on the partition's owner, which decodes the records of such topics only (the write path of any other
-topic never parses records). The ids a subject may carry are kept here for a few seconds: an id registered a
-moment ago that is not among them sends one fresh question to the registry's coordinator before the record is
-refused, so a producer that registers and then writes is never refused. A version deleted since may be taken for
-those few seconds.
+topic never parses records). The ids a subject may carry are kept here for a few seconds; an id that is not
+among them sends one fresh question to the registry's coordinator (at most one per subject each half second)
+before the record is refused, so a producer that registers and then writes is not refused. A version deleted
+since may be taken for those few seconds.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ from talos import Record, decode_records, iter_batches
 __all__ = ["SchemaValidator", "framed_id", "validates"]
 
 _FRESH_S: Final = 5.0
+# An id not among a subject's asks the coordinator again, at most this often per subject: records framed with
+# ids nobody registered cost no round trip each.
+_MISS_S: Final = 0.5
+_KEPT: Final = 10_000  # subjects' ids kept at most (then forgotten all at once)
 _MAGIC: Final = 0
 
 
@@ -70,9 +74,12 @@ class SchemaValidator:
         subject = f"{config.name}-{field}"
         key = (config.tenant, subject)
         known = self._known.get(key)
-        if known is None or time.monotonic() - known[0] > _FRESH_S or not ids <= known[1]:
+        now = time.monotonic()
+        if known is None or now - known[0] > _FRESH_S or (not ids <= known[1] and now - known[0] > _MISS_S):
             tenant = config.tenant if self._broker.security.enabled else None
-            known = (time.monotonic(), await self._registered(tenant, subject))
+            if len(self._known) >= _KEPT:
+                self._known.clear()
+            known = (now, await self._registered(tenant, subject))
             self._known[key] = known
         missing = sorted(ids - known[1])
         if missing:

@@ -65,7 +65,7 @@ def _register(client: httpx.Client, subject: str, schema: str) -> httpx.Response
 def test_no_token_is_401_in_confluents_shape(tenants: Tenants) -> None:
     with tenants.registry(None) as anonymous:
         answer = anonymous.get("/subjects")
-    assert answer.status_code == 401
+    assert answer.status_code == 401 and answer.json()["error_code"] == 40101
 
 
 def test_a_topics_subject_follows_the_topics_grants(tenants: Tenants) -> None:
@@ -89,6 +89,10 @@ def test_a_topics_subject_follows_the_topics_grants(tenants: Tenants) -> None:
             assert refused.status_code == 403 and refused.json()["error_code"] == 40301
             assert globex.delete("/subjects/orders-value").status_code == 403
             assert globex.put("/config/orders-value", json={"compatibility": "NONE"}).status_code == 403
+            # a reference never reaches into the topic owner's other subjects (found in review)
+            peek = {"schema": USER, "references": [{"name": "x", "subject": "com.acme.User", "version": 1}]}
+            probed = globex.post("/compatibility/subjects/orders-value/versions/latest?verbose=true", json=peek)
+            assert probed.json()["error_code"] == 42201, probed.text
         finally:
             with Admin(tenants.server.url, token=tenants.acme) as owner:
                 owner.revoke("orders", "globex")
@@ -115,6 +119,17 @@ def test_other_subjects_are_each_tenants_own(tenants: Tenants) -> None:
             owner.create_topic("later")
         assert acme.get("/subjects/later-value/versions").json() == [1]
         assert "later-value" not in globex.get("/subjects").json()
+
+
+def test_only_the_admin_imports_with_ids(tenants: Tenants) -> None:
+    with tenants.registry(tenants.globex) as globex, tenants.registry(ADMIN_TOKEN) as admin:
+        assert globex.put("/mode/imported", json={"mode": "IMPORT"}).status_code == 200
+        chosen = {"schema": USER, "id": 2**31 - 1, "version": 1}
+        refused = globex.post("/subjects/imported/versions", json=chosen)
+        assert refused.status_code == 403 and refused.json()["error_code"] == 40301
+        assert admin.put("/mode/imported", json={"mode": "IMPORT"}).status_code == 200
+        assert admin.post("/subjects/imported/versions", json={**chosen, "id": 2**31}).json()["error_code"] == 42201
+        assert admin.post("/subjects/imported/versions", json={**chosen, "id": 5000}).json() == {"id": 5000}
 
 
 def test_python_schema_registry_client_registers_and_checks_compatibility(tenants: Tenants) -> None:

@@ -227,3 +227,73 @@ def test_the_fold_of_the_records_and_of_their_compaction_is_the_registry_the_cha
         assert folded.modes == log.registry.modes
         assert folded.next_id == log.registry.next_id
     assert all(decode_key(key)[0] in ("schema", "next-id", "version", "config", "mode") for key, _ in log.records)
+
+
+def test_a_default_or_a_logical_type_added_is_another_schema() -> None:
+    # the Parsing Canonical Form drops both: known again by it, the change would be lost (found in review)
+    log = Log()
+    plain = json.dumps({"type": "record", "name": "T", "fields": [{"name": "at", "type": "long"}]})
+    typed = json.dumps(
+        {"type": "record", "name": "T", "fields": [{"name": "at", "type": {"type": "long", "logicalType": "x"}}]}
+    )
+    defaulted = json.dumps({"type": "record", "name": "T", "fields": [{"name": "at", "type": "long", "default": 0}]})
+    ids = [log.do(log.registry.register(None, "s", "AVRO", text, ())) for text in (plain, typed, defaulted)]
+    assert len(set(ids)) == 3
+    assert [log.registry.schema(i).schema for i in ids] == [plain, typed, defaulted]
+    normalized = log.do(
+        log.registry.register(None, "n", "AVRO", json.dumps(json.loads(typed), indent=2), (), normalize=True)
+    )
+    assert normalized == ids[1] and "logicalType" in log.registry.schema(normalized).schema
+
+
+def test_import_takes_only_ids_that_fit_and_were_never_given() -> None:
+    log = Log()
+    given = log.do(log.registry.register("a", "s", "AVRO", USER, ()))
+    log.do((None, log.registry.set_mode("b", "t", "IMPORT")))
+    for wanted, code in ((2**31, 42201), (0, 42201), (given, 42207)):  # too large, none, another tenant's
+        with pytest.raises(RegistryError) as refused:
+            log.registry.register("b", "t", "AVRO", USER, (), wanted_id=wanted)
+        assert refused.value.code == code, wanted
+    with pytest.raises(RegistryError) as version:
+        log.registry.register("b", "t", "AVRO", USER, (), wanted_id=50, wanted_version=2**64)
+    assert version.value.code == 42201
+    assert log.do(log.registry.register("b", "t", "AVRO", USER, (), wanted_id=50)) == 50
+    assert log.do(log.registry.register("b", "t2", "AVRO", USER, ())) == 50  # the lowest id of a text
+    assert log.folded().find("b", state.FORMATS["AVRO"], USER, ()) == 50
+
+
+def test_a_global_readonly_override_wins_and_stops_deletes() -> None:
+    log = Log()
+    log.do(log.registry.register(None, "s", "AVRO", USER, ()))
+    log.do((None, log.registry.set_mode(None, "s", "READWRITE")))
+    log.do((None, log.registry.set_mode(None, "", "READONLY_OVERRIDE")))
+    assert log.registry.mode(None, "s") == "READONLY_OVERRIDE"
+    for change in (
+        lambda: log.registry.register(None, "s", "AVRO", USER_AGE, ()),
+        lambda: log.registry.delete_subject(None, "s", permanent=False),
+    ):
+        with pytest.raises(RegistryError) as refused:
+            change()
+        assert refused.value.code == 42205
+
+
+def test_deleting_what_is_soft_deleted_already_says_so() -> None:
+    log = Log()
+    log.do(log.registry.register(None, "s", "AVRO", USER, ()))
+    log.do(log.registry.delete_version(None, "s", "1", permanent=False))
+    with pytest.raises(RegistryError) as version:
+        log.registry.delete_version(None, "s", "1", permanent=False)
+    assert version.value.code == 40406
+    with pytest.raises(RegistryError) as subject:
+        log.registry.delete_subject(None, "s", permanent=False)
+    assert subject.value.code == 40404
+
+
+def test_a_tenant_may_hold_only_so_many_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state, "MAX_VERSIONS_PER_TENANT", 3)
+    log = Log()
+    for i in range(3):
+        log.do(log.registry.register("a", f"s{i}", "AVRO", USER, ()))  # one schema, ever more versions
+    with pytest.raises(RegistryError) as full:
+        log.registry.register("a", "s3", "AVRO", USER, ())
+    assert full.value.code == 42205

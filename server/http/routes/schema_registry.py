@@ -93,6 +93,13 @@ def _error(status: int, code: int, message: str, *, retriable: bool = False) -> 
     return Response(orjson.dumps(body), status_code=status, media_type=CONTENT_TYPE)
 
 
+def error_body(error: ApiError) -> bytes:
+    """A refusal met before the registry's route (authentication), in Confluent's shape beside Talos's."""
+    code = _CODES.get(error.status, error.status * 100)
+    inner = {"code": error.code, "message": error.message, "retriable": error.retriable}
+    return orjson.dumps({"error_code": code, "message": error.message, "error": inner})
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     broker: Broker
@@ -135,20 +142,30 @@ class _Call:
         if not self.broker.security.enabled or self.who.admin or tenant == self.who.tenant:
             return True
         topic = subject_topic(subject)
-        config = self._topic(topic) if topic is not None else None
+        config = self._topic(topic, known_only=True) if topic is not None else None  # (no ZooKeeper read per subject)
         return (
             config is not None
             and config.tenant == tenant
             and bool(actions_on(self.who, self.broker.security.state, config.name, config.tenant))
         )
 
-    def _topic(self, name: str) -> TopicConfig | None:
+    def _topic(self, name: str, *, known_only: bool = False) -> TopicConfig | None:
         if name.startswith("__"):
             return None
         try:
-            return self.broker.topic(name)
+            return self.broker.topic(name, known_only=known_only)
         except ApiError:
             return None
+
+    def references_in(self, tenant: str | None, refs: tuple[Reference, ...]) -> tuple[Reference, ...]:
+        """``refs``, once each names a subject the caller may read in the namespace the schema is kept in
+        (``tenant``): a reference never reaches into another tenant's subjects."""
+        for ref in refs:
+            if self.tenant_of(ref.subject, "read") != tenant:
+                raise RegistryError(
+                    422, 42201, f"Invalid schema: reference {ref.name} names {ref.subject}, which is not beside it"
+                )
+        return refs
 
     def visible_subjects(self, registry: Registry, *, deleted: bool, prefix: str) -> list[str]:
         return sorted(
@@ -307,11 +324,14 @@ async def _register(call: _Call, params: list[str]) -> Response:
     subject = check_subject(params[0])
     tenant = call.tenant_of(subject, "write")
     text, kind, refs = _schema_body(call)
+    refs = call.references_in(tenant, refs)
     doc = call.doc()
     wanted_id, wanted_version = doc.get("id"), doc.get("version")
     for name, value in (("id", wanted_id), ("version", wanted_version)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise RegistryError(422, 42201, f"'{name}' must be a positive integer")
+    if wanted_id is not None and call.broker.security.enabled and not call.who.admin:
+        raise RegistryError(403, 40301, "only the admin imports schemas with their ids (ids are the cluster's)")
     schema_id = await call.registry.change(
         lambda r: r.register(
             tenant,
@@ -332,6 +352,7 @@ async def _lookup(call: _Call, params: list[str]) -> Response:
     subject = params[0]
     tenant = call.tenant_of(subject, "read")
     text, kind, refs = _schema_body(call)
+    refs = call.references_in(tenant, refs)
 
     def lookup(r: Registry) -> dict[str, object]:
         versions = r.live(tenant, subject, deleted=call.flag("deleted"))
@@ -362,7 +383,8 @@ async def _version(call: _Call, params: list[str]) -> Response:
 async def _version_text(call: _Call, params: list[str]) -> Response:
     subject, number = params
     tenant = call.tenant_of(subject, "read")
-    text = await call.registry.read(lambda r: r.schemas[r.version(tenant, subject, number).id].schema)
+    deleted = call.flag("deleted")
+    text = await call.registry.read(lambda r: r.schemas[r.version(tenant, subject, number, deleted=deleted).id].schema)
     return Response(text.encode(), media_type=CONTENT_TYPE)
 
 
@@ -578,6 +600,13 @@ async def _set_global_mode(call: _Call, _params: list[str]) -> Response:
     return _answer({"mode": mode})
 
 
+@_route("DELETE", "mode")
+async def _delete_global_mode(call: _Call, _params: list[str]) -> Response:
+    tenant = call.who.tenant if call.broker.security.enabled else None
+    before = await call.registry.change(lambda r: (r.mode(tenant, ""), r.set_mode(tenant, "", None)))
+    return _answer({"mode": before})
+
+
 @_route("GET", "mode", "*")
 async def _subject_mode(call: _Call, params: list[str]) -> Response:
     subject = params[0]
@@ -608,6 +637,7 @@ async def _delete_subject_mode(call: _Call, params: list[str]) -> Response:
 async def _compatible(call: _Call, subject: str, version: str | None) -> Response:
     tenant = call.tenant_of(subject, "read")
     text, kind, refs = _schema_body(call)
+    refs = call.references_in(tenant, refs)
 
     def check(r: Registry) -> list[str]:
         if not r.live(tenant, subject) and version is not None:

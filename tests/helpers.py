@@ -31,11 +31,19 @@ def decoded(data: bytes) -> list[tuple[int, bytes | None]]:
 
 
 def partition_values(url: str, topic: str, partition: int) -> list[bytes]:
-    """The values of every message in one partition, read through the SDK from its start."""
+    """The values of every message in one partition, read through the SDK from its start to its latest offset
+    (not to the first empty poll, which a loaded machine can answer early)."""
+    with Admin(url) as admin:
+        [info] = [p for p in admin.describe_topic(topic).partition_offsets if p.partition == partition]
+    end = info.latest or 0
+    deadline = time.monotonic() + 60
     with Consumer(url, partitions=[(topic, partition)], wait_ms=0) as consumer:
         values: list[bytes] = []
-        while batch := consumer.poll(0.5):
-            values += [m.value or b"" for m in batch]
+        after = 0
+        while after < end and time.monotonic() < deadline:
+            for message in consumer.poll(0.5):
+                values.append(message.value or b"")
+                after = message.offset + 1
         return values
 
 

@@ -171,6 +171,8 @@ def _broker_entries(ctx: Context) -> list[_Entry]:
         ("sasl.enabled.mechanisms", ",".join(MECHANISMS), "LIST", "a tenant's token as the password or bearer"),
     ]
     for setting in KAFKA_SETTINGS:
+        if setting.name not in _BROKER_NAMES:
+            continue  # a topic's own (schema validation), with no broker-wide default
         if setting.field not in ("segment_ms", "segment_bytes"):
             value = kafka_value(setting, _DEFAULTS[setting.field], "")
             fixed.append((_BROKER_NAMES[setting.name], value, setting.kind, setting.documentation))

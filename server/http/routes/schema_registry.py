@@ -193,14 +193,10 @@ class _Call:
 Handler = Callable[[_Call, list[str]], Awaitable[Response]]
 
 
+# Not in the OpenAPI document: it is Confluent's API (docs/schema-registry.md lists what is served), one route here
+# that dispatches on the raw path, which an OpenAPI path template cannot describe.
 @router.api_route(PREFIX, methods=_METHODS, include_in_schema=False)
-@router.api_route(
-    PREFIX + "/{path:path}",
-    methods=_METHODS,
-    summary="Confluent's schema registry API (subjects, schemas, config, mode, compatibility)",
-    description="Confluent Schema Registry's REST API; a Confluent client's url is `<server>/schema-registry`. "
-    "See docs/schema-registry.md for what is served and who may see what.",
-)
+@router.api_route(PREFIX + "/{path:path}", methods=_METHODS, include_in_schema=False)
 async def schema_registry(request: Request) -> Response:
     raw = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1").split("?", 1)[0]
     segments = [unquote(s) for s in raw[len(PREFIX) :].split("/") if s]

@@ -157,6 +157,11 @@ class GroupCoordinator:
             self._snapshot_at[name] = now
         return state
 
+    def loaded(self, name: str) -> GroupState | None:
+        """The group's state if this server coordinates it and holds it in memory now, for reading only (the
+        console's list shows it without loading every group); None otherwise."""
+        return self._groups.get(name)
+
     @contextlib.asynccontextmanager
     async def _group(self, name: str, *, create: bool = True) -> AsyncIterator[GroupState]:
         validate_group_name(name)

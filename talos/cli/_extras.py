@@ -32,6 +32,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
             "cryptography",
             "jsonschema",
             "google",
+            "fastavro",
         ),
     ),
     "connect": ("the connectors", ("hdfs", "opensearchpy", "yaml", "pydantic", "pyarrow")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import json
@@ -273,3 +274,15 @@ def headless_chromium(window: str, last_page: Path) -> Iterator[Any]:
             last_page.parent.mkdir(parents=True, exist_ok=True)
             last_page.write_text(driver.page_source)
         driver.quit()
+
+
+def page_screenshot(driver: Any, path: Path) -> Path:
+    """A PNG of the browser's whole page, below the window's edge too, saved to ``path`` (its folder made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    png = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path.write_bytes(base64.b64decode(png["data"]))
+    return path

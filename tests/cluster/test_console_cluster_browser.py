@@ -9,7 +9,6 @@ is refused the page. A screenshot of every page goes to ``test-artifacts/console
 
 from __future__ import annotations
 
-import base64
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -22,7 +21,7 @@ from talos import Admin
 from tests.cluster.conftest import CLUSTER_TOKEN, Cluster, get_json, post_json
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import sign_in
-from tests.helpers import headless_chromium
+from tests.helpers import headless_chromium, page_screenshot
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.zookeeper, pytest.mark.browser]
 
@@ -38,14 +37,7 @@ def browser() -> Iterator[Chrome]:
 
 
 def shot(driver: Chrome, name: str) -> None:
-    """The whole page, below the window's edge too."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
-    png = driver.execute_cdp_cmd(
-        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
-    )
-    (SHOTS / f"{name}.png").write_bytes(base64.b64decode(png["data"]))
+    page_screenshot(driver, SHOTS / f"{name}.png")
 
 
 def all_routes(url: str) -> dict[str, dict[int, str]]:

@@ -5,7 +5,6 @@ traffic from its in-process metrics; a tenant is told the page is the admin's. S
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import urllib.request
@@ -19,7 +18,7 @@ from server.devservices import StandaloneServer
 from talos import Admin, Producer
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import click_and_load, sign_in
-from tests.helpers import headless_chromium, running_standalone
+from tests.helpers import headless_chromium, page_screenshot, running_standalone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -48,9 +47,7 @@ def browser() -> Iterator[Chrome]:
 
 
 def shot(driver: Chrome, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    png = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
-    (SHOTS / f"standalone-{name}.png").write_bytes(base64.b64decode(png["data"]))
+    page_screenshot(driver, SHOTS / f"standalone-{name}.png")
 
 
 def routed_partitions(url: str) -> int:

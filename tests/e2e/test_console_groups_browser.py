@@ -11,7 +11,6 @@ tested first, without a browser."""
 
 from __future__ import annotations
 
-import base64
 import secrets
 import shutil
 import time
@@ -39,7 +38,7 @@ from server.portal.console_groups import (
 from talos import Admin, Producer
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import click_and_load, sign_in
-from tests.helpers import headless_chromium, running_standalone
+from tests.helpers import headless_chromium, page_screenshot, running_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 SHOTS = ARTIFACTS / "console-groups"
@@ -231,14 +230,7 @@ def browser() -> Iterator[Chrome]:
 
 
 def shot(driver: Chrome, name: str) -> None:
-    """A PNG of the whole page, below the window's edge too."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
-    png = driver.execute_cdp_cmd(
-        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
-    )
-    (SHOTS / f"{name}.png").write_bytes(base64.b64decode(png["data"]))
+    page_screenshot(driver, SHOTS / f"{name}.png")
 
 
 def present(driver: Chrome, css: str) -> bool:

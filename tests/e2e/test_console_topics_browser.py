@@ -15,7 +15,6 @@ to ``test-artifacts/console-topics/``.
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import shutil
@@ -51,7 +50,7 @@ from server.portal.console_topics import (
 from talos import Admin, Producer
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import click_and_load, sign_in
-from tests.helpers import headless_chromium, running_standalone
+from tests.helpers import headless_chromium, page_screenshot, running_standalone
 
 ADMIN_TOKEN = f"admin-{secrets.token_urlsafe(24)}"
 SHOTS = ARTIFACTS / "console-topics"
@@ -206,14 +205,7 @@ def browser() -> Iterator[Chrome]:
 
 
 def shot(driver: Chrome, name: str) -> None:
-    """The whole page, below the window's edge too."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
-    png = driver.execute_cdp_cmd(
-        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
-    )
-    (SHOTS / f"{name}.png").write_bytes(base64.b64decode(png["data"]))
+    page_screenshot(driver, SHOTS / f"{name}.png")
 
 
 def as_user(driver: Chrome, console: Console, token: str) -> None:

@@ -6,7 +6,6 @@ reason), and a borderline one that the admin approves in the admin view. A scree
 
 from __future__ import annotations
 
-import base64
 import itertools
 import secrets
 import shutil
@@ -27,7 +26,7 @@ from metering.store import MinuteUsage
 from server.devservices import StandaloneServer
 from talos import Admin
 from tests.conftest import ARTIFACTS
-from tests.helpers import headless_chromium, running_standalone
+from tests.helpers import headless_chromium, page_screenshot, running_standalone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -81,16 +80,8 @@ def browser() -> Iterator[Chrome]:
 
 
 def shot(driver: Chrome, name: str) -> Path:
-    """A PNG of the whole page, below the window's edge too (the dashboard is taller than the window)."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
-    png = driver.execute_cdp_cmd(
-        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
-    )
-    path = SHOTS / f"{next(_shot_numbers):02d}-{name}.png"
-    path.write_bytes(base64.b64decode(png["data"]))
-    return path
+    """The whole page (the dashboard is taller than the window), numbered in the order taken."""
+    return page_screenshot(driver, SHOTS / f"{next(_shot_numbers):02d}-{name}.png")
 
 
 def page_text(driver: WebDriver) -> str:

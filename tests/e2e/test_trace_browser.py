@@ -6,7 +6,6 @@ traceparent), then by key; another tenant is told the topic is unknown. Screensh
 
 from __future__ import annotations
 
-import base64
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from server.devservices import StandaloneServer, wait_until
 from talos import Admin, Consumer, Producer
 from tests.conftest import ARTIFACTS
 from tests.e2e.test_portal_browser import click_and_load, sign_in
-from tests.helpers import headless_chromium, running_standalone
+from tests.helpers import headless_chromium, page_screenshot, running_standalone
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -67,9 +66,7 @@ def browser() -> Iterator[Chrome]:
 
 
 def shot(driver: Chrome, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    png = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
-    (SHOTS / f"{name}.png").write_bytes(base64.b64decode(png["data"]))
+    page_screenshot(driver, SHOTS / f"{name}.png")
 
 
 def fill(driver: Chrome, element_id: str, text: str) -> None:

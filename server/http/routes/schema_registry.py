@@ -108,6 +108,11 @@ class _Call:
     query: Mapping[str, str]
     body: bytes
 
+    @property
+    def own_tenant(self) -> str | None:
+        """The namespace of the caller's own subjects, global level and mode (None: the admin's, or auth off)."""
+        return self.who.tenant if self.broker.security.enabled else None
+
     def flag(self, name: str) -> bool:
         return self.query.get(name, "false").lower() == "true"
 
@@ -519,13 +524,13 @@ def _level_of(call: _Call) -> str | None:
 
 @_route("GET", "config")
 async def _global_level(call: _Call, _params: list[str]) -> Response:
-    tenant = call.who.tenant if call.broker.security.enabled else None
+    tenant = call.own_tenant
     return _answer({"compatibilityLevel": await call.registry.read(lambda r: r.level(tenant, ""))})
 
 
 @_route("PUT", "config")
 async def _set_global_level(call: _Call, _params: list[str]) -> Response:
-    tenant = call.who.tenant if call.broker.security.enabled else None
+    tenant = call.own_tenant
     level = _level_of(call)
     await call.registry.change(lambda r: (None, r.set_level(tenant, "", level)))
     return _answer({"compatibility": level})
@@ -533,7 +538,7 @@ async def _set_global_level(call: _Call, _params: list[str]) -> Response:
 
 @_route("DELETE", "config")
 async def _delete_global_level(call: _Call, _params: list[str]) -> Response:
-    tenant = call.who.tenant if call.broker.security.enabled else None
+    tenant = call.own_tenant
     before = await call.registry.change(lambda r: (r.level(tenant, ""), r.set_level(tenant, "", None)))
     return _answer({"compatibilityLevel": before})
 
@@ -584,13 +589,13 @@ def _mode_of(call: _Call) -> str:
 
 @_route("GET", "mode")
 async def _global_mode(call: _Call, _params: list[str]) -> Response:
-    tenant = call.who.tenant if call.broker.security.enabled else None
+    tenant = call.own_tenant
     return _answer({"mode": await call.registry.read(lambda r: r.mode(tenant, ""))})
 
 
 @_route("PUT", "mode")
 async def _set_global_mode(call: _Call, _params: list[str]) -> Response:
-    tenant = call.who.tenant if call.broker.security.enabled else None
+    tenant = call.own_tenant
     mode = _mode_of(call)
     await call.registry.change(lambda r: (None, r.set_mode(tenant, "", mode, force=call.flag("force"))))
     return _answer({"mode": mode})
@@ -598,7 +603,7 @@ async def _set_global_mode(call: _Call, _params: list[str]) -> Response:
 
 @_route("DELETE", "mode")
 async def _delete_global_mode(call: _Call, _params: list[str]) -> Response:
-    tenant = call.who.tenant if call.broker.security.enabled else None
+    tenant = call.own_tenant
     before = await call.registry.change(lambda r: (r.mode(tenant, ""), r.set_mode(tenant, "", None)))
     return _answer({"mode": before})
 

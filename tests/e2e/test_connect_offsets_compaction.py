@@ -38,6 +38,13 @@ def _counter(url: str, name: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def _removed(url: str) -> float:
+    """Records compaction removed by every pass of this server (the counter has no topic label)."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    found = re.search(r"^talos_compaction_records_removed_total (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 def _records(url: str, connector: str) -> list[dict[str, Any]]:
     """Every record of the connector's partition, read as the admin (auth is off)."""
     out: list[dict[str, Any]] = []
@@ -87,8 +94,10 @@ def test_compaction_keeps_the_newest_checkpoint_of_every_task_and_a_removed_task
         admin.save_connector_offsets("tomb", "1", None)
         for position in range(60, 90):  # more, so that the tombstone's segment is sealed too
             admin.save_connector_offsets("tomb", "0", {"position": position})
-        report = _compact(server.url, "tomb")
-        assert report["compacted"] and report["records_removed"] > 50
+        _compact(server.url, "tomb")
+        # The maintenance passes (every 0.5 s here) may have compacted part of it before this pass did.
+        removed = _removed(server.url)
+        assert removed > 50, f"compaction removed {removed:.0f} records"
         keys = [(r["key"], r["value"]) for r in _records(server.url, "tomb") if r["key"].startswith("tomb/")]
         assert len(keys) < 40, keys  # superseded checkpoints are gone from the log
         assert ("tomb/1\u0000", None) in keys  # the tombstone stays (delete.retention.ms: a day)

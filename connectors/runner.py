@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -61,12 +62,17 @@ class Runner:
         url: str,
         status_port: int | None = None,
         status_host: str = "127.0.0.1",
+        status_file: str | None = None,
+        only: set[tuple[str, int]] | None = None,
         out: TextIO,
     ) -> None:
+        """``only``: run just these (connector, task) of the file's (a server runs each task it is given so);
+        ``status_file``: write :meth:`snapshot` there (JSON, replaced whole) every second."""
         self.config = config
         self.url = url
         self.status_port = status_port
         self.status_host = status_host
+        self.status_file = status_file
         self.out = out
         self.stop = threading.Event()
         self.checkpoints = CheckpointStore(url)
@@ -74,6 +80,7 @@ class Runner:
             (connector, TaskStatus(connector.name, index))
             for connector in config.connectors
             for index in range(connector.tasks)
+            if only is None or (connector.name, index) in only
         ]
         self._server: ThreadingHTTPServer | None = None
 
@@ -102,9 +109,13 @@ class Runner:
         self._print(
             f"talos connect: {len(threads)} task(s) of {len(self.config.connectors)} connector(s) on {self.url}"
         )
+        written = 0.0
         while any(thread.is_alive() for thread in threads) and not self.stop.is_set():
             self.stop.wait(0.2)  # so a runner whose tasks all finished exits at once
             now = time.monotonic()
+            if self.status_file is not None and now - written >= 1.0:
+                self._write_status()
+                written = now
             if now - last < self.config.status_interval_s:
                 continue
             for _, status in self.tasks:
@@ -122,7 +133,16 @@ class Runner:
         self.checkpoints.close()
         for _, status in self.tasks:
             self._print(_status_line(status, None))
+        if self.status_file is not None:
+            self._write_status()
         return 0
+
+    def _write_status(self) -> None:
+        assert self.status_file is not None
+        partial = f"{self.status_file}.tmp"
+        with open(partial, "w") as out:
+            json.dump(self.snapshot(), out)
+        os.replace(partial, self.status_file)
 
     def _print(self, line: str) -> None:
         self.out.write(f"{time.strftime('%H:%M:%S')} {line}\n")

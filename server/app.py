@@ -29,6 +29,9 @@ from server import connect_offsets, portal, push
 from server.bounded import until_deadline
 from server.broker import Broker
 from server.config import ServerConfig
+from server.connect.coordinator import ConnectorCoordinator
+from server.connect.service import ConnectService
+from server.connect.workers import TaskWorkers
 from server.errors import ApiError, error_response
 from server.groups import GroupCoordinator
 from server.http import app as rest
@@ -145,6 +148,9 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None, tls: Serv
         broker.transaction_verifier = transactions  # partitions ask it before opening a transaction
         app.state.schemas = schemas = SchemaCoordinator(broker)
         broker.schema_validator = SchemaValidator(broker, schemas)  # topics that validate schema ids ask it
+        workers = TaskWorkers(broker)
+        app.state.connect = ConnectService(broker, ConnectorCoordinator(broker), workers)
+        supervising = asyncio.get_running_loop().create_task(workers.run())
         maintaining = _maintain(broker, coordinator, subscriptions)
         maintenance = asyncio.get_running_loop().create_task(maintaining)
         sweeping = asyncio.get_running_loop().create_task(_sweep_transactions(broker, transactions))
@@ -187,6 +193,8 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None, tls: Serv
 
             if kafka is not None:
                 await step("closing the Kafka listener", kafka.close())
+            supervising.cancel()
+            await step("stopping the connector tasks", workers.close())
             maintenance.cancel()
             if reloading is not None:
                 reloading.cancel()

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from server.config import ServerConfig
+from server.usage.meter import TENANT_HEADER
 
 __all__ = [
     "CERTIFICATE_HEADER",
@@ -200,6 +201,11 @@ def request_credentials(headers: Mapping[str, str]) -> str | None:
     ``Authorization``, else the tenant its client certificate names (:func:`certified_credentials`)."""
     given = headers.get("authorization")
     if given is not None:
+        acting = headers.get(CERTIFIED_TENANT_HEADER)
+        if acting is not None and headers.get(TENANT_HEADER) == acting:
+            # The admin's token naming a tenant (a connector task the servers run) was authenticated as that tenant
+            # (the authentication names the tenant it found in the tenant header): its forwards go as that tenant.
+            return certified_credentials(acting)
         return given
     certified = headers.get(CERTIFICATE_HEADER)
     return None if certified is None else certified_credentials(certified)

@@ -79,10 +79,17 @@ def _token(token: str | None) -> str | None:
     return token if token is not None else (os.environ.get("TALOS_TOKEN") or None)
 
 
-def _with_bearer(options: RequestOptions, token: str) -> RequestOptions:
+# With the admin's token, the tenant the requests act as (the servers run connector tasks so): the servers take the
+# admin's token naming a tenant as that tenant, never the admin; any other token's requests ignore it.
+_AS_TENANT_HEADER = "x-talos-certified-tenant"
+
+
+def _with_bearer(options: RequestOptions, token: str, tenant: str | None) -> RequestOptions:
     headers = dict(options.get("headers") or {})
     if not any(k.lower() == "authorization" for k in headers):
         headers["authorization"] = f"Bearer {token}"
+        if tenant:
+            headers[_AS_TENANT_HEADER] = tenant
     return {**options, "headers": headers}
 
 
@@ -92,11 +99,12 @@ class _Bearer(Generic[AnyTransport]):
     def __init__(self, inner: AnyTransport, token: str) -> None:
         self._inner: AnyTransport = inner
         self._token = token
+        self._tenant = os.environ.get("TALOS_AS_TENANT") or None
 
 
 class _BearerTransport(_Bearer[Transport]):
     def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
-        return self._inner.request(method, url, **_with_bearer(options, self._token))
+        return self._inner.request(method, url, **_with_bearer(options, self._token, self._tenant))
 
     def close(self) -> None:
         self._inner.close()
@@ -104,7 +112,7 @@ class _BearerTransport(_Bearer[Transport]):
 
 class _AsyncBearerTransport(_Bearer[AsyncTransport]):
     async def request(self, method: str, url: str, **options: Unpack[RequestOptions]) -> Response:
-        return await self._inner.request(method, url, **_with_bearer(options, self._token))
+        return await self._inner.request(method, url, **_with_bearer(options, self._token, self._tenant))
 
     async def close(self) -> None:
         await self._inner.close()

@@ -26,7 +26,7 @@ from server.config import ServerConfig
 from server.errors import ApiError, error_response, out_of_range
 from server.http import messages, openapi
 from server.http.routes import compaction as compaction_routes
-from server.http.routes import connector_offsets, schema_registry
+from server.http.routes import connect, connector_offsets, schema_registry
 from server.http.routes import groups as groups_routes
 from server.http.routes import security as security_routes
 from server.http.routes import subscriptions as subscriptions_routes
@@ -560,4 +560,5 @@ def install(app: FastAPI, config: ServerConfig, broker: Callable[[], Broker]) ->
     app.include_router(compaction_routes.router)
     app.include_router(transactions_routes.router)
     app.include_router(schema_registry.router)
+    app.include_router(connect.router)
     openapi.install(app)

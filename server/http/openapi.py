@@ -127,6 +127,13 @@ RULES: tuple[StatusRule, ...] = (
     _rule("/v1/connectors", {503}),  # kept in an internal topic
     _rule("/v1/connectors", {429}, _WRITES),  # written on the tenant's behalf: its quotas apply
     _rule("/v1/connectors/", {409}, _WRITES),  # a fenced (zombie) task's checkpoint
+    # Connectors run by the cluster: relayed to their coordinator (refused under direct routing), which reads them
+    # from an internal topic or is moving (503); a name taken, by this tenant or another (409).
+    _rule("/connectors", {421, 503}),
+    _rule("/connectors", {409}, {"post", "put"}),
+    _rule("/connectors/{name}/tasks/{task}/status", {403}),  # local=true: the servers' own question
+    _rule("/connector-plugins", {501}),  # a server without the connect extra
+    _rule("/connectors", {501}, {"post", "put"}),
     _rule("/v1/topics/{topic}/fence", {421, 429}),  # each partition's fence: direct routing; rate quotas
     # Past the high watermark; rate quotas (each partition's, at its owner)
     _rule("/v1/topics/{topic}/delete-records", {416, 429}),

@@ -168,6 +168,9 @@ class Registry:
         elif kind == "mode":
             _set(self.modes, (parts[1], parts[2]), None if doc is None else doc["mode"])
 
+    def summary(self) -> str:
+        return f"{len(self.schemas)} schemas, {len(self.versions)} subjects"
+
     def reindex(self) -> None:
         self._by_text.clear()
         for found in sorted(self.schemas.values(), key=lambda f: f.id):

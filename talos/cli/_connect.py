@@ -67,25 +67,59 @@ CONNECT_URL = click.option(
     show_default=True,
     help="Address of the status server (0.0.0.0 for Kubernetes probes).",
 )
+@click.option("--status-file", default=None, help="Write the status (JSON) to this file every second.")
+@click.option(
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="NAME/INDEX",
+    help="Run only this task of the file's connectors (repeatable) [default: every task].",
+)
+@click.option(
+    "--die-with-parent",
+    type=int,
+    default=None,
+    metavar="PID",
+    help="Exit at once when process PID (the server that started this runner) is gone.",
+)
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning"]))
-def connect_run(config_file: str, url: str | None, status_port: int | None, status_host: str, log_level: str) -> None:
+def connect_run(
+    config_file: str,
+    url: str | None,
+    status_port: int | None,
+    status_host: str,
+    status_file: str | None,
+    tasks: tuple[str, ...],
+    die_with_parent: int | None,
+    log_level: str,
+) -> None:
     """Run the connectors of CONFIG.yaml until SIGTERM or Ctrl-C.
 
     Prints a status line per task every `status_interval_s` (10 s). Sinks commit their offsets in their
     consumer group (connect-<name>); sources checkpoint in the internal topic __connect_offsets, so a
-    restarted runner resumes where it stopped. A failing task is restarted with backoff.
+    restarted runner resumes where it stopped. A failing task is restarted with backoff. The servers run
+    the connectors made through their REST API (/connectors) this way, one task per runner.
     """
     require("connect run", "connect")
     import logging
 
     from connectors.runner import Runner
 
+    if die_with_parent is not None:
+        _die_with(die_with_parent)
     config = _connect_config(config_file)
+    only = {_task(spec) for spec in tasks} or None
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("urllib3", "opensearch", "hdfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     runner = Runner(
-        config, url=_connect_url(url, config), status_port=status_port, status_host=status_host, out=sys.stderr
+        config,
+        url=_connect_url(url, config),
+        status_port=status_port,
+        status_host=status_host,
+        status_file=status_file,
+        only=only,
+        out=sys.stderr,
     )
 
     def stop(*_: object) -> None:
@@ -97,6 +131,25 @@ def connect_run(config_file: str, url: str | None, status_port: int | None, stat
         sys.exit(runner.run())
     except OSError as exc:  # the status port
         raise click.ClickException(f"cannot serve the status on port {status_port}: {exc.strerror or exc}") from None
+
+
+def _task(spec: str) -> tuple[str, int]:
+    name, _, index = spec.rpartition("/")
+    if not name or not index.isdigit():
+        raise click.BadParameter(f"expected NAME/INDEX, not {spec!r}", param_hint="--task")
+    return name, int(index)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when its parent ends, as a crash of the server would end it (Linux), and exit now if
+    the parent is already gone."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        raise SystemExit(f"talos connect: the parent process {parent} is gone")
 
 
 @connect.command("validate")

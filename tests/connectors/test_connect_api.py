@@ -1,0 +1,199 @@
+"""Connectors run by the server, made through the REST API shaped like Kafka Connect's, against a real ``talos
+standalone`` with auth on and a real HDFS: a tenant's HDFS sink carries its topic to files, as that tenant; pause,
+resume, restart, a new configuration and delete act on the task's process; another tenant sees none of it and cannot
+touch it; a bad configuration is refused with every problem named."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hdfs import InsecureClient
+
+from server.devservices import HdfsCluster, wait_until
+from tests.connectors.test_hdfs_sink import PARTITIONS, check_exactly_once, produce, visible_records
+from tests.helpers import SecuredStandalone, secured_standalone
+
+pytestmark = [pytest.mark.hdfs]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredStandalone]:
+    with secured_standalone(tmp_path_factory.mktemp("connect-api"), {"alice": None, "bob": None}) as server:
+        yield server
+
+
+def sink(hdfs: HdfsCluster, topic: str, root: str, **extra: str) -> dict[str, str]:
+    """An HDFS sink's configuration, as Kafka Connect's clients send one: every value a string."""
+    return {
+        "connector.class": "hdfs-sink",
+        "tasks.max": "1",
+        "topics": topic,
+        "namenode": hdfs.webhdfs_url,
+        "path": root,
+        "roll_bytes": "2000",
+        "roll_ms": "300",
+        "session_timeout_s": "3",
+        **extra,
+    }
+
+
+def task_pid(client: httpx.Client, name: str, task: int = 0) -> int | None:
+    status = client.get(f"/connectors/{name}/status").json()
+    entry = status["tasks"][task]
+    return entry.get("pid") if entry["state"] == "RUNNING" else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_plugins_and_a_refused_configuration(secured: SecuredStandalone) -> None:
+    with secured.bearer(secured.token("alice")) as alice:
+        plugins = alice.get("/connector-plugins").json()
+        assert {p["class"]: p["type"] for p in plugins} == {
+            "hdfs-sink": "sink",
+            "hdfs-source": "source",
+            "elasticsearch-sink": "sink",
+            "elasticsearch-source": "source",
+        }
+        bad = alice.post(
+            "/connectors",
+            json={"name": "bad", "config": {"connector.class": "hdfs-sink", "topics": "t", "roll_byte": "1"}},
+        )
+        assert bad.status_code == 400, bad.text
+        message = bad.json()["message"]
+        assert bad.json()["error_code"] == 400 and bad.json()["error"]["code"] == "INVALID_CONFIG"
+        for problem in ("namenode: Field required", "path: Field required", "roll_byte: unknown setting"):
+            assert problem in message, message
+        unknown = alice.post("/connectors", json={"name": "bad", "config": {"connector.class": "ftp-sink"}})
+        assert unknown.status_code == 400 and "connector.class must be one of" in unknown.json()["message"]
+        checked = alice.put("/connector-plugins/hdfs-sink/config/validate", json={"topics": "t", "path": "x"})
+        assert checked.status_code == 200 and checked.json()["error_count"] == 2, checked.text  # namenode; path
+        assert alice.get("/connectors").json() == []  # nothing was made
+
+
+def test_a_tenants_sink_runs_as_it_and_follows_pause_resume_restart_and_delete(
+    secured: SecuredStandalone, hdfs: HdfsCluster
+) -> None:
+    topic, name, root = "alice-orders", "alice-orders-to-hdfs", "/connect-api/alice"
+    with secured.admin("alice") as admin:
+        admin.create_topic(topic, partitions=PARTITIONS)
+    alice_token = secured.token("alice")
+    assert alice_token is not None
+    os.environ["TALOS_TOKEN"] = alice_token
+    try:
+        produce(secured.url, topic, range(300))
+    finally:
+        del os.environ["TALOS_TOKEN"]
+    files = InsecureClient(hdfs.webhdfs_url)
+    with secured.bearer(alice_token) as alice, secured.bearer(secured.token("bob")) as bob:
+        made = alice.post("/connectors", json={"name": name, "config": sink(hdfs, topic, root)})
+        assert made.status_code == 201, made.text
+        assert made.json()["tasks"] == [{"connector": name, "task": 0}] and made.json()["type"] == "sink"
+        assert alice.post("/connectors", json={"name": name, "config": sink(hdfs, topic, root)}).status_code == 409
+        wait_until(lambda: visible_records(files, root, topic) >= 300, timeout=90, what="the sink's files")
+        status = alice.get(f"/connectors/{name}/status").json()
+        assert status["connector"]["state"] == "RUNNING" and status["tasks"][0]["state"] == "RUNNING", status
+        assert status["tasks"][0]["worker_id"] == secured.url
+        # The task acts as alice: its consumer group is hers, which bob does not see.
+        with secured.admin("alice") as admin:
+            assert f"connect-{name}" in admin.list_groups()
+        with secured.admin("bob") as admin:
+            assert f"connect-{name}" not in admin.list_groups()
+
+        # Bob sees nothing of it, and can neither change nor take its name.
+        assert bob.get("/connectors").json() == []
+        for method, path in [
+            ("GET", f"/connectors/{name}"),
+            ("GET", f"/connectors/{name}/status"),
+            ("GET", f"/connectors/{name}/config"),
+            ("PUT", f"/connectors/{name}/pause"),
+            ("POST", f"/connectors/{name}/restart"),
+            ("DELETE", f"/connectors/{name}"),
+        ]:
+            answer = bob.request(method, path)
+            assert answer.status_code == 404, (method, path, answer.text)
+        taken = bob.put(f"/connectors/{name}/config", json=sink(hdfs, "bob-topic", "/connect-api/bob"))
+        assert taken.status_code == 409, taken.text
+        assert bob.get(f"/connectors/{name}/tasks/0/status", params={"local": "true"}).status_code == 403
+
+        # Pause: the task's process ends and nothing more is written; resume: it catches up.
+        pid = task_pid(alice, name)
+        assert pid is not None and alive(pid)
+        assert alice.put(f"/connectors/{name}/pause").status_code == 202
+        wait_until(lambda: not alive(pid), timeout=60, what="the paused task's process to end")
+        assert alice.get(f"/connectors/{name}/status").json()["connector"]["state"] == "PAUSED"
+        os.environ["TALOS_TOKEN"] = alice_token
+        try:
+            produce(secured.url, topic, range(300, 400))
+        finally:
+            del os.environ["TALOS_TOKEN"]
+        assert visible_records(files, root, topic) == 300
+        assert alice.put(f"/connectors/{name}/resume").status_code == 202
+        wait_until(lambda: visible_records(files, root, topic) >= 400, timeout=90, what="the resumed sink")
+
+        # Restart: a new process; a new configuration (two tasks): two processes.
+        resumed = _wait_pid(alice, name)
+        assert alice.post(f"/connectors/{name}/restart").status_code == 204
+        wait_until(lambda: _wait_pid(alice, name) not in (None, resumed), timeout=60, what="a restarted task")
+        assert not alive(resumed)
+        changed = alice.put(f"/connectors/{name}/config", json=sink(hdfs, topic, root, **{"tasks.max": "2"}))
+        assert changed.status_code == 200 and len(changed.json()["tasks"]) == 2, changed.text
+        wait_until(
+            lambda: [t["state"] for t in alice.get(f"/connectors/{name}/status").json()["tasks"]] == ["RUNNING"] * 2,
+            timeout=60,
+            what="two running tasks",
+        )
+        assert alice.get(f"/connectors/{name}/config").json()["tasks.max"] == "2"
+
+        # Delete: the tasks stop and the connector is gone; what it wrote is every record once.
+        pids = [task_pid(alice, name, task) for task in range(2)]
+        assert alice.delete(f"/connectors/{name}").status_code == 204
+        assert alice.get(f"/connectors/{name}").status_code == 404
+        wait_until(lambda: not any(p is not None and alive(p) for p in pids), timeout=60, what="the tasks to stop")
+    os.environ["TALOS_TOKEN"] = alice_token
+    try:
+        assert check_exactly_once(files, root, topic, secured.url) == 400
+    finally:
+        del os.environ["TALOS_TOKEN"]
+
+
+def _wait_pid(client: httpx.Client, name: str) -> Any:
+    found: list[int] = []
+
+    def running() -> bool:
+        pid = task_pid(client, name)
+        if pid is None:
+            return False
+        found.append(pid)
+        return True
+
+    wait_until(running, timeout=60, what="a running task")
+    return found[-1]
+
+
+def test_a_sink_on_another_tenants_topic_fails_as_its_tenant(secured: SecuredStandalone, hdfs: HdfsCluster) -> None:
+    with secured.admin("bob") as admin:
+        admin.create_topic("bob-secrets", partitions=1)
+    with secured.bearer(secured.token("alice")) as alice:
+        config = sink(hdfs, "bob-secrets", "/connect-api/stolen")
+        assert alice.post("/connectors", json={"name": "steal", "config": config}).status_code == 201
+        wait_until(
+            lambda: alice.get("/connectors/steal/status").json()["tasks"][0]["state"] == "FAILED",
+            timeout=60,
+            what="the task to fail",
+        )
+        trace = alice.get("/connectors/steal/status").json()["tasks"][0].get("trace", "")
+        assert "bob-secrets" in trace or "403" in trace or "not" in trace.lower(), trace
+        assert alice.delete("/connectors/steal").status_code == 204
+    files = InsecureClient(hdfs.webhdfs_url)
+    assert files.status("/connect-api/stolen/bob-secrets", strict=False) is None

@@ -89,7 +89,7 @@ def from_connect(name: str, config: Mapping[str, object]) -> ConnectorConfig:
         return parse_config({"connectors": [doc]}, source=f"connector {name!r}").connectors[0]
     except ConfigError as exc:  # named as the map names them: `namenode`, `topics`, not connectors[0].config.namenode
         text = str(exc).replace("connectors[0].config.", "").replace("connectors[0].tasks:", "tasks.max:")
-        raise ConfigError(text.replace("connectors[0].", "")) from None
+        raise ConfigError(text.replace("connectors[0]: ", "").replace("connectors[0].", "")) from None
 
 
 def to_runner_config(connector: ConnectorConfig) -> dict[str, Any]:

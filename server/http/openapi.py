@@ -180,6 +180,20 @@ _SUCCESS_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
         "application/json": {"schema": {"type": "object"}},
         BATCH_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary", "description": "with that Accept"}},
     },
+    ("get", "/connectors"): {
+        "application/json": {
+            "schema": {
+                "oneOf": [
+                    {"type": "array", "items": {"type": "string"}, "description": "names"},
+                    {"type": "object", "description": "name → {info, status} (expand=...)"},
+                ]
+            }
+        }
+    },
+    ("get", "/connector-plugins"): {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}},
+    ("get", "/connectors/{name}/tasks"): {
+        "application/json": {"schema": {"type": "array", "items": {"type": "object"}}}
+    },
 }
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 _VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")

@@ -5,8 +5,13 @@ broker, ``server.web`` (the ASGI types, reading a body) and ``metering`` (the us
 edge (``server.http``, ``server.kafka``, ``server.push``). Only the app assembly (``server.app``) imports it.
 """
 
-from server.portal import console_cluster, console_groups, console_topics  # register the console's pages
+from server.portal import (  # register the console's pages
+    console_cluster,
+    console_connectors,
+    console_groups,
+    console_topics,
+)
 from server.portal.pages import router
 from server.portal.trace_page import trace_page  # registers /portal/trace on the router
 
-__all__ = ["console_cluster", "console_groups", "console_topics", "router", "trace_page"]
+__all__ = ["console_cluster", "console_connectors", "console_groups", "console_topics", "router", "trace_page"]

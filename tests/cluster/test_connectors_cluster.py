@@ -53,7 +53,9 @@ def alive(pid: int) -> bool:
 
 
 def test_sinks_made_over_rest_keep_every_record_once_through_kill_9_of_their_server(
-    cluster: Cluster, hdfs: HdfsCluster, search: SearchServer  # noqa: F811
+    cluster: Cluster,
+    hdfs: HdfsCluster,
+    search: SearchServer,  # noqa: F811
 ) -> None:
     entry = cluster.servers["s1"].url
     with Admin(entry) as admin:

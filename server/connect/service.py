@@ -41,12 +41,14 @@ def kind(connector: Connector) -> str:
 
 
 def info(connector: Connector) -> dict[str, Any]:
-    """Kafka Connect's ConnectorInfo: name, configuration, tasks and type."""
+    """Kafka Connect's ConnectorInfo: name, configuration, tasks and type; and Talos's ``tenant`` (its owner, None
+    for the admin's)."""
     return {
         "name": connector.name,
         "config": {**connector.config, "name": connector.name},
         "tasks": [{"connector": connector.name, "task": task} for task in range(connector.tasks)],
         "type": kind(connector),
+        "tenant": connector.tenant,
     }
 
 

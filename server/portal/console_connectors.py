@@ -10,8 +10,7 @@ the 409 a new configuration of a taken name would answer).
 Every call goes to the connectors' coordinator, as REST's ``/connectors`` does: on this server through
 ``request.app.state.connect`` if it is the coordinator, else to the coordinator's REST routes (Kafka Connect's
 shape) as the signed-in principal, the one forwarded call the group pages make (``_at_owner``), so the coordinator
-applies the tenant rules itself. The REST answers do not name a connector's tenant: a list asked of another server
-shows none.
+applies the tenant rules itself.
 
 A configuration is typed as ``key=value`` lines (one setting a line, ``#`` comments and blank lines skipped, values
 kept as strings, as Kafka Connect's clients send them); the type is chosen in a list and is ``connector.class``.
@@ -200,12 +199,12 @@ async def _visible(request: Request, who: Principal) -> list[dict[str, Any]]:
         return [await _described(service, c) for c in await service.visible(who)]
 
     found = await _call(request, who, here, "GET", "/connectors?expand=info&expand=status")
-    entries = found if isinstance(found, list) else [{**entry, "tenant": None} for entry in found.values()]
+    entries = found if isinstance(found, list) else [{**e, "tenant": e["info"].get("tenant")} for e in found.values()]
     return sorted((_summary(entry, entry.get("tenant")) for entry in entries), key=lambda row: str(row["name"]))
 
 
 async def _describe(request: Request, who: Principal, name: str) -> dict[str, Any]:
-    """The connector's ``info``, ``status`` and ``tenant`` (None: the admin's, or not told); 404 for one ``who``
+    """The connector's ``info``, ``status`` and ``tenant`` (None: the admin's); 404 for one ``who``
     may not see, as for one that does not exist."""
 
     async def here(service: ConnectService) -> dict[str, Any]:
@@ -217,7 +216,7 @@ async def _describe(request: Request, who: Principal, name: str) -> dict[str, An
     described: dict[str, Any] = await _call(request, who, here, "GET", _path(name))
     if "status" not in described:  # the coordinator's REST answer: its info; the status is one more call
         status = await _call(request, who, status_here, "GET", _path(name, "/status"))
-        described = {"info": described, "status": status, "tenant": None}
+        described = {"info": described, "status": status, "tenant": described.get("tenant")}
     return described
 
 

@@ -19,6 +19,7 @@ __all__ = ["SCHEMAS_TOPIC", "SchemaCoordinator", "topic_config"]
 SCHEMAS_TOPIC: Final = "__schemas"
 _SEGMENT_MS: Final = 3600 * 1000
 
+
 def topic_config(*, created_ms: int | None = None) -> TopicConfig:
     """How the servers create the topic on first use: one partition (one writer orders every change)."""
     return TopicConfig(

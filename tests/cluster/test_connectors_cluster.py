@@ -1,7 +1,9 @@
 """Connectors run by a cluster of three servers (issue 41): an HDFS sink and an Elasticsearch sink made over the REST
 API spread their tasks over the servers; the server running most of them is killed -9 while records keep coming;
 its task processes die with it, the tasks move to the live servers and resume, and every record is in HDFS and in
-the index exactly once."""
+the index exactly once. Then the console, signed in on a server that is not the connectors' coordinator, lists both
+and pauses and resumes one through the coordinator (headless Chromium; screenshots in
+``test-artifacts/console-connectors-cluster/``)."""
 
 from __future__ import annotations
 
@@ -14,15 +16,21 @@ import httpx
 import pytest
 from hdfs import InsecureClient
 from opensearchpy import OpenSearch
+from selenium.webdriver.common.by import By
 
 from server.devservices import HdfsCluster, SearchServer, wait_until
 from talos import Admin
-from tests.cluster.conftest import AUTH, Cluster
+from tests.cluster.conftest import AUTH, CLUSTER_TOKEN, Cluster
+from tests.conftest import ARTIFACTS
 from tests.connectors.conftest import Feeder, search  # noqa: F401  (the session's search server)
 from tests.connectors.test_elasticsearch_sink import all_documents, count
 from tests.connectors.test_hdfs_sink import PARTITIONS, check_exactly_once, produce, topic_contents, visible_records
+from tests.e2e.test_portal_browser import click_and_load, sign_in
+from tests.helpers import headless_chromium, page_screenshot
 
-pytestmark = [pytest.mark.hdfs, pytest.mark.search, pytest.mark.quick_reassign]
+pytestmark = [pytest.mark.hdfs, pytest.mark.search, pytest.mark.quick_reassign, pytest.mark.browser]
+
+SHOTS = ARTIFACTS / "console-connectors-cluster"
 
 TOPIC = "orders"
 
@@ -135,3 +143,25 @@ def test_sinks_made_over_rest_keep_every_record_once_through_kill_9_of_their_ser
     assert len(documents) == len(expected) == total
     for partition, offset in expected:
         assert documents[f"orders-{partition}-{offset}"]["talos"]["offset"] == offset
+
+    # The console on a server that is not the coordinator: every page and action goes through the coordinator.
+    coordinator = next(iter(cluster.routes("__connectors").values()))
+    console = next(s for s in cluster.servers.values() if s.alive() and s.server_id != coordinator)
+    with headless_chromium("1280,1400", SHOTS / "last-page.html") as driver:
+        sign_in(driver, console.url, CLUSTER_TOKEN)
+        driver.get(f"{console.url}/portal/connectors")
+        rows = {
+            str(r.get_attribute("data-connector")) for r in driver.find_elements(By.CSS_SELECTOR, "tr.connector-row")
+        }
+        assert rows == set(configs)
+        page_screenshot(driver, SHOTS / "connectors.png")
+        driver.get(f"{console.url}/portal/connectors/orders-to-search")
+        workers = {cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "tr.task-row td.task-worker")}
+        assert workers and victim_url not in workers, workers
+        page_screenshot(driver, SHOTS / "orders-to-search.png")
+        click_and_load(driver, "pause-submit")
+        assert driver.find_element(By.ID, "connector-state").text == "PAUSED"
+        assert (status(cluster, "orders-to-search") or {})["connector"]["state"] == "PAUSED"
+        page_screenshot(driver, SHOTS / "orders-to-search-paused.png")
+        click_and_load(driver, "resume-submit")
+        wait_until(lambda: running_on(cluster, "orders-to-search") is not None, timeout=60, what="resumed tasks")

@@ -80,6 +80,7 @@ def test_plugins_and_a_refused_configuration(secured: SecuredStandalone) -> None
         assert alice.get("/connectors").json() == []  # nothing was made
 
 
+@pytest.mark.slow
 def test_a_tenants_sink_runs_as_it_and_follows_pause_resume_restart_and_delete(
     secured: SecuredStandalone, hdfs: HdfsCluster
 ) -> None:
@@ -180,6 +181,7 @@ def _wait_pid(client: httpx.Client, name: str) -> Any:
     return found[-1]
 
 
+@pytest.mark.slow
 def test_a_sink_on_another_tenants_topic_fails_as_its_tenant(secured: SecuredStandalone, hdfs: HdfsCluster) -> None:
     with secured.admin("bob") as admin:
         admin.create_topic("bob-secrets", partitions=1)

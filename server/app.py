@@ -40,6 +40,7 @@ from server.http.readiness import StorageCheck
 from server.kafka.listener import KafkaListener
 from server.loop_watchdog import LoopWatchdog
 from server.portal import pages as portal_pages
+from server.portal.console_cluster import watch_ring
 from server.portal.headers import PortalHeaders
 from server.schemas.coordinator import SchemaCoordinator
 from server.schemas.validation import SchemaValidator
@@ -148,6 +149,7 @@ def create_app(config: ServerConfig, shutdown: Shutdown | None = None, tls: Serv
         broker.transaction_verifier = transactions  # partitions ask it before opening a transaction
         app.state.schemas = schemas = SchemaCoordinator(broker)
         broker.schema_validator = SchemaValidator(broker, schemas)  # topics that validate schema ids ask it
+        watch_ring(app.state, broker)  # the console's recent ring changes: every one from now on
         workers = TaskWorkers(broker)
         app.state.connect = ConnectService(broker, ConnectorCoordinator(broker), workers)
         supervising = asyncio.get_running_loop().create_task(workers.run())

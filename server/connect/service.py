@@ -23,6 +23,7 @@ from server.connect.state import (
     ConnectorError,
     Connectors,
     Records,
+    available,
     check_name,
     create_or_update,
     delete,
@@ -31,6 +32,7 @@ from server.connect.state import (
 )
 from server.connect.workers import TaskState, TaskWorkers, task_key
 from server.errors import ApiError
+from server.security import audit
 from server.security.access import Principal
 
 __all__ = ["ConnectService", "checked_config", "info", "kind"]
@@ -93,28 +95,39 @@ class ConnectService:
         self, who: Principal, name: str, config: object, *, must_be_new: bool = False
     ) -> tuple[Connector, bool]:
         """Make the connector (as ``who``'s) or give it a new configuration; (it, made now)."""
+        # Another tenant's name is taken (409), whatever the configuration: told before the configuration's problems.
+        await self.coordinator.read(lambda s: available(s, name, who.tenant, admin=self._admin(who)))
         stored = checked_config(name, config)
         now_ms = int(time.time() * 1000)
-        return await self.coordinator.change(
+        connector, made = await self.coordinator.change(
             lambda s: create_or_update(
                 s, name, stored, tenant=who.tenant, admin=self._admin(who), now_ms=now_ms, must_be_new=must_be_new
             )
         )
+        await self._audit(who, "connector.create" if made else "connector.config", connector, connector.type)
+        return connector, made
 
     async def pause(self, who: Principal, name: str, *, paused: bool) -> None:
         admin = self._admin(who)
-        await self.coordinator.change(lambda s: pause(s, name, paused=paused, tenant=who.tenant, admin=admin))
+        found = await self.coordinator.change(lambda s: pause(s, name, paused=paused, tenant=who.tenant, admin=admin))
+        await self._audit(who, "connector.pause" if paused else "connector.resume", found)
 
     async def restart(self, who: Principal, name: str, task: int | None = None) -> None:
         """Every task (``task`` None) or one started again, wherever each runs."""
 
-        def change(state: Connectors) -> tuple[None, Records]:
+        def change(state: Connectors) -> tuple[Connector, Records]:
             return restart(state, name, task=task, tenant=who.tenant, admin=self._admin(who))
 
-        await self.coordinator.change(change)
+        found = await self.coordinator.change(change)
+        await self._audit(who, "connector.restart", found, "all tasks" if task is None else f"task {task}")
 
     async def delete(self, who: Principal, name: str) -> None:
-        await self.coordinator.change(lambda s: delete(s, name, tenant=who.tenant, admin=self._admin(who)))
+        found = await self.coordinator.change(lambda s: delete(s, name, tenant=who.tenant, admin=self._admin(who)))
+        await self._audit(who, "connector.delete", found)
+
+    async def _audit(self, who: Principal, action: str, connector: Connector, detail: str = "") -> None:
+        """The change in the audit log, under the connector's tenant (a tenant sees its own entries there)."""
+        await audit.record(self.broker, who, action, connector.name, tenant=connector.tenant, detail=detail)
 
     async def status(self, connector: Connector) -> dict[str, Any]:
         """Kafka Connect's status: the connector's state and each task's, with the server running it."""

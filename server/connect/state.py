@@ -32,6 +32,7 @@ __all__ = [
     "ConnectorError",
     "Connectors",
     "Records",
+    "available",
     "check_name",
     "create_or_update",
     "delete",
@@ -136,6 +137,15 @@ def check_name(name: str) -> None:
         )
 
 
+def available(state: Connectors, name: str, tenant: str | None, *, admin: bool) -> None:
+    """Nothing, if the caller may make or change a connector of this name; 409 if another tenant has it."""
+    check_name(name)
+    found = state.by_name.get(name)
+    if found is not None and not (admin or found.tenant == tenant):
+        # The name is taken by another tenant: one namespace, as for topics (nothing else of it is told).
+        raise ConnectorError(409, "CONNECTOR_EXISTS", f"connector {name!r} exists (names are unique in the cluster)")
+
+
 def create_or_update(
     state: Connectors,
     name: str,
@@ -147,11 +157,8 @@ def create_or_update(
     must_be_new: bool = False,
 ) -> tuple[tuple[Connector, bool], Records]:
     """Make the connector, or give it a new configuration (its tasks restart with it); (it, made now)."""
-    check_name(name)
+    available(state, name, tenant, admin=admin)
     found = state.by_name.get(name)
-    if found is not None and not (admin or found.tenant == tenant):
-        # The name is taken by another tenant: one namespace, as for topics (nothing else of it is told).
-        raise ConnectorError(409, "CONNECTOR_EXISTS", f"connector {name!r} exists (names are unique in the cluster)")
     if found is not None and must_be_new:
         raise ConnectorError(409, "CONNECTOR_EXISTS", f"connector {name!r} exists; PUT its /config to change it")
     if found is None:
@@ -163,22 +170,24 @@ def create_or_update(
     return (changed, False), [changed.record()]
 
 
-def pause(state: Connectors, name: str, *, paused: bool, tenant: str | None, admin: bool) -> tuple[None, Records]:
+def pause(state: Connectors, name: str, *, paused: bool, tenant: str | None, admin: bool) -> tuple[Connector, Records]:
     found = state.get(name, tenant, admin=admin)
     if found.paused == paused:
-        return None, []
-    return None, [replace(found, paused=paused).record()]
+        return found, []
+    return found, [replace(found, paused=paused).record()]
 
 
-def restart(state: Connectors, name: str, *, task: int | None, tenant: str | None, admin: bool) -> tuple[None, Records]:
+def restart(
+    state: Connectors, name: str, *, task: int | None, tenant: str | None, admin: bool
+) -> tuple[Connector, Records]:
     """Every task (``task`` None) or one task started again."""
     found = state.get(name, tenant, admin=admin)
     if task is None:
-        return None, [replace(found, generation=found.generation + 1).record()]
+        return found, [replace(found, generation=found.generation + 1).record()]
     if not 0 <= task < found.tasks:
         raise ConnectorError(404, "TASK_NOT_FOUND", f"connector {name!r} has tasks 0..{found.tasks - 1}")
     generations = {**found.task_generations, task: found.task_generations.get(task, 0) + 1}
-    return None, [replace(found, task_generations=generations).record()]
+    return found, [replace(found, task_generations=generations).record()]
 
 
 def delete(state: Connectors, name: str, *, tenant: str | None, admin: bool) -> tuple[Connector, Records]:

@@ -7,10 +7,11 @@ it acts on, the registrations it reads), the topic catalog, and ``/metrics``. No
 asks ZooKeeper: the page is as cheap as the number of partitions it places on the ring.
 
 **Recent moves.** The cluster member keeps no history of rings, so this module keeps one (:class:`RingWatch`,
-one per app): the first view of the page starts it, and from then on it sees every ring this server adopts,
-through the broker's ``ownership_listeners`` (called after each ring change), as well as on each view. It
-diffs the placement of every partition between consecutive rings it saw; what happened before the first view,
-or on another server only, it cannot know (the page says since when it watches).
+one per app, the last changes): the app starts it as the server starts (:func:`watch_ring`), and from then on it
+sees every ring this server adopts, through the broker's ``ownership_listeners`` (called after each ring change),
+as well as on each view. It diffs the placement of every partition between consecutive rings it saw; what
+happened before this server started, or on another server only, it cannot know (the page says since when it
+watches).
 
 **Traffic.** Counters of ``/metrics`` since each process started: this server's own registry in-process, the
 others' ``/metrics`` through the broker's forwarder (its TLS and admin token) with a short timeout, concurrently;
@@ -39,7 +40,7 @@ from server.errors import ApiError
 from server.portal.pages import _broker, _render, _session, _to_login, router
 from server.topics import TopicConfig
 
-__all__ = ["Move", "RingChange", "RingWatch", "cluster_page", "traffic_of"]
+__all__ = ["Move", "RingChange", "RingWatch", "cluster_page", "traffic_of", "watch_ring"]
 
 log = logging.getLogger("talos.portal")
 
@@ -156,13 +157,14 @@ class RingWatch:
         self.urls.update((server, live.url) for server, live in servers.items())
 
 
-def _watch(request: Request, broker: Broker) -> RingWatch:
-    """This app's watch; the first call also has the broker call it after every ring change from now on."""
-    watch = getattr(request.app.state, "console_ring_watch", None)
+def watch_ring(state: Any, broker: Broker) -> RingWatch:
+    """The app's watch (``state``: its ``app.state``); made by the first call, which also has the broker call it
+    after every ring change from then on. The app calls it as it starts, so the watch sees every ring since."""
+    watch = getattr(state, "console_ring_watch", None)
     if isinstance(watch, RingWatch):
         return watch
     watch = RingWatch()
-    request.app.state.console_ring_watch = watch
+    state.console_ring_watch = watch
 
     async def ring_changed() -> None:
         # One of the broker's listeners: it must not raise (the ones after it would not run).
@@ -174,6 +176,9 @@ def _watch(request: Request, broker: Broker) -> RingWatch:
             log.exception("the cluster page's ring watch failed")
 
     broker.ownership_listeners.append(ring_changed)
+    if broker.cluster is not None:
+        watch.remember(broker.cluster.servers)
+        watch.observe(broker.cluster.ring, broker.list_topics())
     return watch
 
 
@@ -303,7 +308,7 @@ async def cluster_page(request: Request) -> Response:
     if cluster is None:
         placed = {(t.name, index): broker.config.member_id for t in topics for index in range(t.partitions)}
     else:
-        ring, watch = cluster.ring, _watch(request, broker)
+        ring, watch = cluster.ring, watch_ring(request.app.state, broker)
         watch.remember(cluster.servers)
         placed = watch.observe(ring, topics)  # before listing the servers: one that just left is listed as gone
     servers = _servers(broker, watch)

@@ -160,6 +160,20 @@ def test_a_tenants_sink_runs_as_it_and_follows_pause_resume_restart_and_delete(
         assert alice.delete(f"/connectors/{name}").status_code == 204
         assert alice.get(f"/connectors/{name}").status_code == 404
         wait_until(lambda: not any(p is not None and alive(p) for p in pids), timeout=60, what="the tasks to stop")
+        # Every change is in alice's audit log, and none in bob's.
+        actions = [(e["action"], e["actor"]) for e in alice.get("/v1/audit").json()["entries"] if e["target"] == name]
+        assert actions[::-1] == [
+            (action, "alice")
+            for action in (
+                "connector.create",
+                "connector.pause",
+                "connector.resume",
+                "connector.restart",
+                "connector.config",
+                "connector.delete",
+            )
+        ]
+        assert not [e for e in bob.get("/v1/audit").json()["entries"] if e["target"] == name]
     os.environ["TALOS_TOKEN"] = alice_token
     try:
         assert check_exactly_once(files, root, topic, secured.url) == 400

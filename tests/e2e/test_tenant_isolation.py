@@ -3,7 +3,8 @@
 
 B makes one of each object it can own: a topic with messages, a consumer group with a live member and
 committed offsets (so its ``__retry.<group>`` and ``__dlq.<group>`` topics exist), an idempotent producer id,
-a quota request, a second token, a connector checkpoint and a push subscription (with a leased message).
+a quota request, a second token, a connector checkpoint, a connector the cluster runs (paused) and a push
+subscription (with a leased message).
 Then, for every operation in ``/openapi.json``
 (so a new endpoint is covered without editing this file), path parameters are filled with B's objects
 (:data:`PATH_VALUES`; an operation with a parameter this table does not know FAILS the test, so new
@@ -44,6 +45,11 @@ DENIED = {401, 403, 404}
 # call on A's own object of that name may succeed, or conflict with it (A's transactional id named with B's
 # producer id); B's, in the snapshot, must not change.
 TENANT_SCOPED = ("/v1/connectors/", "/v1/transactions/")
+# Nobody's objects: checking a configuration against a connector type answers anyone.
+NOBODYS = ("/connector-plugins/",)
+# Make-or-change calls on one namespace of names for all tenants (cluster-run connectors, as topics): B's name
+# is taken (409), as a create's would be.
+MAKES = ("PUT /connectors/{name}/config",)
 
 
 @dataclass
@@ -94,6 +100,10 @@ def _make_victim(world_url: str, token: str, admin: Admin) -> Victim:
         spare = _ok(b.post("/v1/tenants/b/tokens", json={"name": "spare"}))
         connector = b.put(f"/v1/connectors/{CONNECTOR}/offsets", json={"task": "t0", "checkpoint": {"pos": CHECKPOINT}})
         assert connector.status_code in (200, 404), connector.text  # 404: no such API (yet)
+        # A connector the cluster runs, of the same name, paused (its task's target does not exist).
+        sink = {"connector.class": "hdfs-sink", "topics": TOPIC, "namenode": "http://127.0.0.1:9", "path": "/b"}
+        _ok(b.post("/connectors", json={"name": CONNECTOR, "config": sink}))
+        _ok(b.put(f"/connectors/{CONNECTOR}/pause"))
         made = {"name": SUBSCRIPTION, "topic": TOPIC, "start": "earliest", "ack_timeout_ms": 3_600_000}
         _ok(b.post("/v1/subscriptions", json=made))
         pull = {"subscriber": "b-worker", "max_messages": 1, "wait_ms": 5000}
@@ -137,6 +147,8 @@ def _path_values(victim: Victim, topic: str) -> dict[str, str]:
         "token_id": victim.spare_token_id,
         "request_id": str(victim.request_id),
         "name": CONNECTOR,
+        "task": "0",
+        "plugin": "hdfs-sink",
         "offset": "0",
         "transactional_id": TRANSACTIONAL_ID,
     }
@@ -240,6 +252,8 @@ def _attacks(document: dict[str, Any], victim: Victim, attacker: str) -> list[At
                 for key in names:
                     path = path.replace("{" + key + "}", quote(values[key], safe=""))
                 fields = _field_values(victim, topic, attacker)
+                if template == "/connectors":
+                    fields["name"] = CONNECTOR  # a create under the name of B's connector
                 query = {
                     p["name"]: str(_example(p.get("schema", {}), document, fields, p["name"]))
                     for p in parameters
@@ -274,6 +288,8 @@ def _snapshot(world: World) -> dict[str, Any]:
         state["grants"] = _ok(b.get("/v1/acls"))["acls"]
         if victim.connector:
             state["checkpoint"] = _ok(b.get(f"/v1/connectors/{CONNECTOR}/offsets"))
+        state["cluster connector"] = _ok(b.get(f"/connectors/{CONNECTOR}"))
+        state["cluster connector state"] = _ok(b.get(f"/connectors/{CONNECTOR}/status"))["connector"]["state"]
         subscription = _ok(b.get(f"/v1/subscriptions/{SUBSCRIPTION}"))
         state["subscription"] = {k: v for k, v in subscription.items() if k != "subscribers"}
         dead = _ok(b.get(f"/v1/topics/__sub-dlq.{SUBSCRIPTION}"))["partitions_detail"]
@@ -330,6 +346,10 @@ def test_tenants_cannot_reach_each_others_objects_through_any_operation(world: W
             allowed = DENIED | ({409} if creates else set())
             if attack.template.startswith(TENANT_SCOPED):
                 allowed |= {200, 201, 204, 409}
+            if attack.template.startswith(NOBODYS):
+                allowed |= {200, 400}
+            if f"{attack.method} {attack.template}" in MAKES:
+                allowed |= {409}
             if attack.method == "GET" and "{" not in attack.template:  # a listing, maybe filtered by B's names
                 if status not in DENIED | {200} or leaked:
                     problems.append(f"{attacker}: {attack.label} → {status}, shows B's {leaked}")

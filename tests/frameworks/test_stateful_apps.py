@@ -91,7 +91,8 @@ def session_s() -> float:
 
 
 def run_to_the_end(app: App, committed: Committed, workload: Workload, kafka: KafkaStandalone) -> list[str]:
-    """Wait for the whole input to be committed, restarting a stalled run at most twice; the restarts' names."""
+    """Wait for the whole input to be committed, restarting a stalled run at most three times (Faust's recovery
+    may lose a record again on a loaded machine); the restarts' names."""
     restarts: list[str] = []
     while True:
         last, since = progress(committed), time.monotonic()
@@ -108,7 +109,7 @@ def run_to_the_end(app: App, committed: Committed, workload: Workload, kafka: Ka
         wait_for(done_or_stalled, timeout=90, what="the run to commit the whole input", app=app, kafka=kafka)
         if finished(committed, workload):
             return restarts
-        assert app.framework == "faust" and len(restarts) < 2, f"{app.runs[-1].name} stalled:\n{app.logs()}"
+        assert app.framework == "faust" and len(restarts) < 3, f"{app.runs[-1].name} stalled:\n{app.logs()}"
         app.kill()  # as a liveness probe's supervisor would: no graceful stop (it could commit what it never did)
         restarts.append(f"restart{len(app.runs)}")
         app.start(restarts[-1], delay_s=0)

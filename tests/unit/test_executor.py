@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -44,16 +46,27 @@ def test_a_stuck_key_holds_up_only_itself(pool: AffinityExecutor) -> None:
     assert all(f.result(5) for f in stuck)
 
 
+def _running(futures: list[Future[Any]]) -> None:
+    """Until every one of them has started (on a loaded machine a thread may start its task late), so the sleep
+    after it is time they have all been stuck."""
+    deadline = time.monotonic() + 10
+    while not all(f.running() for f in futures):
+        assert time.monotonic() < deadline, "the tasks did not start"
+        time.sleep(0.005)
+
+
 def test_when_every_thread_is_stuck_a_new_key_gets_a_spare_thread_which_retires_after() -> None:
     pool = AffinityExecutor(2, "test", spare_after_s=0.3, max_spares=1)
     release = threading.Event()
     try:
         stuck = [pool.submit(f"stuck/{i}", release.wait, 10) for i in range(2)]
+        _running(stuck)
         time.sleep(0.5)  # both threads stuck past spare_after_s (a call on a half-open connection)
         spare = pool.submit("new/0", lambda: threading.current_thread().name).result(5)
         assert spare == "test-2" and pool.stats.spares == 1
         # That spare retired with its work done, so the next stuck pool gets one again; then the cap holds
         stuck.append(pool.submit("stuck/2", release.wait, 10))
+        _running(stuck)
         time.sleep(0.5)
         assert pool.stats.spares == 2
         late = pool.submit("new/1", lambda: threading.current_thread().name)

@@ -6,6 +6,7 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import secrets
 import socket
 import subprocess
@@ -286,3 +287,12 @@ def page_screenshot(driver: Any, path: Path) -> Path:
     )
     path.write_bytes(base64.b64decode(png["data"]))
     return path
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id exists (a zombie counts: reaped only by its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -391,22 +391,23 @@ async def _pause(request: Request, who: Principal, name: str, paused: bool) -> N
     await _call(request, who, here, "PUT", _path(name, "/pause" if paused else "/resume"))
 
 
-@router.post("/connectors/{name}/pause")
-async def pause_connector(request: Request, name: str) -> Response:
-    async def action(request: Request, who: Principal, name: str, _f: Mapping[str, str], _c: Mapping[str, Any]) -> str:
-        await _pause(request, who, name, True)
-        return "paused"
+def _pausing(paused: bool) -> Callable[[Request, str], Awaitable[Response]]:
+    """The route that pauses (or resumes) the connector."""
 
-    return await _act(request, name, action)
+    async def route(request: Request, name: str) -> Response:
+        async def action(
+            request: Request, who: Principal, name: str, _f: Mapping[str, str], _c: Mapping[str, Any]
+        ) -> str:
+            await _pause(request, who, name, paused)
+            return "paused" if paused else "resumed"
+
+        return await _act(request, name, action)
+
+    return route
 
 
-@router.post("/connectors/{name}/resume")
-async def resume_connector(request: Request, name: str) -> Response:
-    async def action(request: Request, who: Principal, name: str, _f: Mapping[str, str], _c: Mapping[str, Any]) -> str:
-        await _pause(request, who, name, False)
-        return "resumed"
-
-    return await _act(request, name, action)
+router.post("/connectors/{name}/pause")(_pausing(True))
+router.post("/connectors/{name}/resume")(_pausing(False))
 
 
 @router.post("/connectors/{name}/restart")

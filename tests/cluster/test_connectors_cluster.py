@@ -8,7 +8,6 @@ and pauses and resumes one through the coordinator (headless Chromium; screensho
 from __future__ import annotations
 
 import itertools
-import os
 from collections import Counter
 from typing import Any
 
@@ -26,7 +25,7 @@ from tests.connectors.conftest import Feeder, search  # noqa: F401  (the session
 from tests.connectors.test_elasticsearch_sink import all_documents, count
 from tests.connectors.test_hdfs_sink import PARTITIONS, check_exactly_once, produce, topic_contents, visible_records
 from tests.e2e.test_portal_browser import click_and_load, sign_in
-from tests.helpers import headless_chromium, page_screenshot
+from tests.helpers import headless_chromium, page_screenshot, process_alive
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.search, pytest.mark.quick_reassign, pytest.mark.browser]
 
@@ -50,14 +49,6 @@ def running_on(cluster: Cluster, name: str) -> list[str] | None:
     if found is None or any(t["state"] != "RUNNING" for t in found["tasks"]):
         return None
     return [t["worker_id"] for t in found["tasks"]]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_sinks_made_over_rest_keep_every_record_once_through_kill_9_of_their_server(
@@ -112,7 +103,7 @@ def test_sinks_made_over_rest_keep_every_record_once_through_kill_9_of_their_ser
         for t in (status(cluster, name) or {"tasks": []})["tasks"]
         if t["worker_id"] == victim_url
     ]
-    assert pids and all(alive(pid) for pid in pids)
+    assert pids and all(process_alive(pid) for pid in pids)
 
     numbers = itertools.count(1000, 20)
 
@@ -123,7 +114,7 @@ def test_sinks_made_over_rest_keep_every_record_once_through_kill_9_of_their_ser
     with Feeder(feed, interval_s=0.1):
         wait_until(lambda: visible_records(files, "/cluster-sink", TOPIC) >= 500, timeout=90, what="HDFS progress")
         victim.kill()
-        wait_until(lambda: not any(alive(pid) for pid in pids), timeout=10, what="its tasks to die with it")
+        wait_until(lambda: not any(process_alive(pid) for pid in pids), timeout=10, what="its tasks to die with it")
 
         def moved() -> bool:
             for name in configs:

@@ -15,7 +15,7 @@ from hdfs import InsecureClient
 
 from server.devservices import HdfsCluster, wait_until
 from tests.connectors.test_hdfs_sink import PARTITIONS, check_exactly_once, produce, visible_records
-from tests.helpers import SecuredStandalone, secured_standalone
+from tests.helpers import SecuredStandalone, process_alive, secured_standalone
 
 pytestmark = [pytest.mark.hdfs]
 
@@ -45,14 +45,6 @@ def task_pid(client: httpx.Client, name: str, task: int = 0) -> int | None:
     status = client.get(f"/connectors/{name}/status").json()
     entry = status["tasks"][task]
     return entry.get("pid") if entry["state"] == "RUNNING" else None
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_plugins_and_a_refused_configuration(secured: SecuredStandalone) -> None:
@@ -128,9 +120,9 @@ def test_a_tenants_sink_runs_as_it_and_follows_pause_resume_restart_and_delete(
 
         # Pause: the task's process ends and nothing more is written; resume: it catches up.
         pid = task_pid(alice, name)
-        assert pid is not None and alive(pid)
+        assert pid is not None and process_alive(pid)
         assert alice.put(f"/connectors/{name}/pause").status_code == 202
-        wait_until(lambda: not alive(pid), timeout=60, what="the paused task's process to end")
+        wait_until(lambda: not process_alive(pid), timeout=60, what="the paused task's process to end")
         assert alice.get(f"/connectors/{name}/status").json()["connector"]["state"] == "PAUSED"
         os.environ["TALOS_TOKEN"] = alice_token
         try:
@@ -145,7 +137,7 @@ def test_a_tenants_sink_runs_as_it_and_follows_pause_resume_restart_and_delete(
         resumed = _wait_pid(alice, name)
         assert alice.post(f"/connectors/{name}/restart").status_code == 204
         wait_until(lambda: _wait_pid(alice, name) not in (None, resumed), timeout=60, what="a restarted task")
-        assert not alive(resumed)
+        assert not process_alive(resumed)
         changed = alice.put(f"/connectors/{name}/config", json=sink(hdfs, topic, root, **{"tasks.max": "2"}))
         assert changed.status_code == 200 and len(changed.json()["tasks"]) == 2, changed.text
         wait_until(
@@ -159,7 +151,9 @@ def test_a_tenants_sink_runs_as_it_and_follows_pause_resume_restart_and_delete(
         pids = [task_pid(alice, name, task) for task in range(2)]
         assert alice.delete(f"/connectors/{name}").status_code == 204
         assert alice.get(f"/connectors/{name}").status_code == 404
-        wait_until(lambda: not any(p is not None and alive(p) for p in pids), timeout=60, what="the tasks to stop")
+        wait_until(
+            lambda: not any(p is not None and process_alive(p) for p in pids), timeout=60, what="the tasks to stop"
+        )
         # Every change is in alice's audit log, and none in bob's.
         actions = [(e["action"], e["actor"]) for e in alice.get("/v1/audit").json()["entries"] if e["target"] == name]
         assert actions[::-1] == [

@@ -168,7 +168,7 @@ class TaskWorkers:
 
     async def _start(self, key: tuple[str, int], connector: Connector, spec: _Spec) -> None:
         name, task = key
-        base = self._dir / f"{name}-{task}"
+        base = f"{name}-{task}"  # (not Path.with_suffix: a name may hold dots)
         try:
             from connectors.config import ConfigError
             from connectors.plugins import from_connect, to_runner_config
@@ -180,12 +180,13 @@ class TaskWorkers:
         except ConfigError as exc:
             self._failed(key, spec, str(exc))
             return
-        config_file = base.with_suffix(".json")  # YAML reads JSON
-        config_file.write_bytes(orjson.dumps(runner_config))
-        config_file.chmod(0o600)  # a search server's password may be in it
-        status_file = base.with_suffix(".status.json")
+        config_file = self._dir / f"{base}.json"  # YAML reads JSON
+        # Readable by this user only from the start: a search server's password may be in it.
+        with open(config_file, "wb", opener=lambda path, flags: os.open(path, flags, 0o600)) as out:
+            out.write(orjson.dumps(runner_config))
+        status_file = self._dir / f"{base}.status.json"
         status_file.unlink(missing_ok=True)
-        log_file = base.with_suffix(".log")
+        log_file = self._dir / f"{base}.log"
         command = [
             sys.executable, "-m", "talos.cli", "connect", "run", str(config_file),
             "--url", self._broker.config.url, "--task", f"{name}/{task}", "--status-file", str(status_file),

@@ -1,4 +1,5 @@
-"""``talos connect run|validate|status``: the connectors of a YAML file (HDFS and Elasticsearch sinks and sources).
+"""``talos connect run|validate|status``: the connectors of a YAML file (HDFS and Elasticsearch sinks and sources);
+``talos connect submit|list|describe|pause|resume|restart|delete``: the connectors the cluster runs.
 
 May import: click, the public SDK, ``connectors`` (inside the commands only, once ``_extras`` found the connect
 extra) and ``talos.cli``'s shared modules.
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from talos import DEFAULT_URL, TalosError
-from talos.cli._common import fail
+from talos.cli._common import URL, YES, admin_call, fail
 from talos.cli._extras import require
 from talos.cli._output import echo_json
 
@@ -35,7 +36,11 @@ def connect() -> None:
           tasks: 2
           config: {namenode: "http://127.0.0.1:9870", path: /warehouse, format: parquet}
 
-    Needs the connect extra: pip install 'talos-mq[connect]'.
+    `talos connect run` runs the file's connectors here; `talos connect submit` hands them to the cluster, whose
+    servers run their tasks (see `list`, `describe`, `pause`, `resume`, `restart`, `delete`; the same as the REST
+    API /connectors, shaped like Kafka Connect's).
+
+    Needs the connect extra for run, validate, status and submit: pip install 'talos-mq[connect]'.
     """
 
 
@@ -188,3 +193,115 @@ def connect_status(config_file: str, url: str | None, as_json: bool) -> None:
         click.echo(f"{entry['name']} ({entry['type']}): {entry['summary']}")
         for line in entry["lines"]:
             click.echo(f"  {line}")
+
+
+# ---------------------------------------------------------------- connectors the cluster runs
+
+
+def flat_config(connector: Any) -> dict[str, object]:
+    """A file's connector as the cluster's API takes it (Kafka Connect's flat shape)."""
+    out: dict[str, object] = {"connector.class": connector.type, "tasks.max": str(connector.tasks)}
+    if connector.is_sink:
+        out["topics"] = ",".join(connector.topics)
+    else:
+        out["topic"] = connector.topic
+    return {**out, **connector.config}
+
+
+@connect.command("submit")
+@click.argument("config_file", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
+@URL
+def connect_submit(config_file: str, url: str) -> None:
+    """Hand CONFIG.yaml's connectors to the cluster: each is made, or given its new configuration (its tasks then
+    restart), and runs on the servers until deleted. The file is checked first, as `validate` does."""
+    require("connect submit", "connect")
+    config = _connect_config(config_file)
+    for connector in config.connectors:
+
+        def put(admin: Any, connector: Any = connector) -> dict[str, Any]:
+            return dict(admin.put_connector(connector.name, flat_config(connector)))
+
+        info = admin_call(url, put)
+        click.echo(f"{info['name']}: {info['type']}, {len(info['tasks'])} task(s) submitted")
+
+
+@connect.command("list")
+@URL
+@click.option("--json", "as_json", is_flag=True, help="As JSON (each connector's status).")
+def connect_list(url: str, as_json: bool) -> None:
+    """The connectors the cluster runs that you see, with their state and tasks running."""
+
+    def statuses(admin: Any) -> list[dict[str, Any]]:
+        return [admin.connector_status(name) for name in admin.list_connectors()]
+
+    found = admin_call(url, statuses)
+    if as_json:
+        echo_json(found)
+        return
+    if not found:
+        click.echo("no connectors")
+    for status in found:
+        running = sum(1 for task in status["tasks"] if task["state"] == "RUNNING")
+        line = f"{status['name']:<30} {status['type']:<7} {status['connector']['state']:<10}"
+        click.echo(f"{line} {running}/{len(status['tasks'])} task(s) running")
+
+
+@connect.command("describe")
+@click.argument("name")
+@URL
+@click.option("--json", "as_json", is_flag=True, help="As JSON: the configuration and the status.")
+def connect_describe(name: str, url: str, as_json: bool) -> None:
+    """A connector the cluster runs: its configuration, and each task's state and server."""
+    info = admin_call(url, lambda admin: admin.describe_connector(name))
+    status = admin_call(url, lambda admin: admin.connector_status(name))
+    if as_json:
+        echo_json({"info": info, "status": status})
+        return
+    click.echo(f"{name}: {info['type']} ({info['config'].get('connector.class')}), {status['connector']['state']}")
+    for task in status["tasks"]:
+        line = f"  task {task['id']}: {task['state']:<10} on {task.get('worker_id') or '-'}"
+        extras = [f"{key}={task[key]}" for key in ("records", "restarts") if key in task]
+        click.echo("  ".join([line, *extras]) + (f"  error: {task['trace']}" if task.get("trace") else ""))
+    for key, value in sorted(info["config"].items()):
+        shown = "********" if "password" in key.lower() else value
+        click.echo(f"  {key} = {shown}")
+
+
+@connect.command("pause")
+@click.argument("name")
+@URL
+def connect_pause(name: str, url: str) -> None:
+    """Stop a connector's tasks until `resume` (sinks first write and commit what they hold)."""
+    admin_call(url, lambda admin: admin.pause_connector(name))
+    click.echo(f"{name}: paused")
+
+
+@connect.command("resume")
+@click.argument("name")
+@URL
+def connect_resume(name: str, url: str) -> None:
+    """Start a paused connector's tasks again."""
+    admin_call(url, lambda admin: admin.resume_connector(name))
+    click.echo(f"{name}: resumed")
+
+
+@connect.command("restart")
+@click.argument("name")
+@URL
+@click.option("--task", "task", type=click.IntRange(min=0), default=None, help="Only this task.")
+def connect_restart(name: str, url: str, task: int | None) -> None:
+    """Start a connector's tasks (or one) again, where each runs."""
+    admin_call(url, lambda admin: admin.restart_connector(name, task=task))
+    click.echo(f"{name}: restart requested" + ("" if task is None else f" (task {task})"))
+
+
+@connect.command("delete")
+@click.argument("name")
+@URL
+@YES
+def connect_delete(name: str, url: str, yes: bool) -> None:
+    """Stop a connector's tasks and forget it (its offsets stay: made again, it resumes)."""
+    if not yes:
+        click.confirm(f"Delete connector {name}?", abort=True)
+    admin_call(url, lambda admin: admin.delete_connector(name))
+    click.echo(f"{name}: deleted")

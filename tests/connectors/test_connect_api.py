@@ -6,11 +6,15 @@ touch it; a bad configuration is refused with every problem named."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from hdfs import InsecureClient
 
 from server.devservices import HdfsCluster, wait_until
@@ -207,3 +211,54 @@ def test_a_sink_on_another_tenants_topic_fails_as_its_tenant(secured: SecuredSta
         assert alice.delete("/connectors/alice.steal").status_code == 204
     files = InsecureClient(hdfs.webhdfs_url)
     assert files.status("/connect-api/stolen/bob-secrets", strict=False) is None
+
+
+def cli(secured: SecuredStandalone, who: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``talos ARGS`` against the server as ``who`` (TALOS_TOKEN), its output captured."""
+    env = {**os.environ, "TALOS_TOKEN": secured.token(who) or "", "TALOS_URL": secured.url}
+    argv = [sys.executable, "-m", "talos.cli", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=env)
+
+
+@pytest.mark.slow
+def test_the_cli_submits_a_file_to_the_cluster_and_manages_what_runs(
+    secured: SecuredStandalone, hdfs: HdfsCluster, tmp_path: Path
+) -> None:
+    topic, name = "alice-cli", "alice-cli-to-hdfs"
+    with secured.admin("alice") as admin:
+        admin.create_topic(topic, partitions=1)
+    document = {
+        "connectors": [
+            {
+                "name": name,
+                "type": "hdfs-sink",
+                "topics": [topic],
+                "config": {"namenode": hdfs.webhdfs_url, "path": "/connect-cli", "roll_ms": 300},
+            }
+        ]
+    }
+    file = tmp_path / "connect.yaml"
+    file.write_text(yaml.safe_dump(document))
+    submitted = cli(secured, "alice", "connect", "submit", str(file))
+    assert submitted.returncode == 0, submitted.stderr
+    assert f"{name}: sink, 1 task(s) submitted" in submitted.stdout
+    with secured.admin("alice") as admin:
+        wait_until(
+            lambda: admin.connector_status(name)["tasks"][0]["state"] == "RUNNING", timeout=60, what="a running task"
+        )
+        assert admin.describe_connector(name)["config"]["roll_ms"] == 300  # a JSON value, kept as it was
+    listed = cli(secured, "alice", "connect", "list")
+    assert name in listed.stdout and "RUNNING" in listed.stdout and "1/1 task(s) running" in listed.stdout
+    assert name not in cli(secured, "bob", "connect", "list").stdout
+    described = cli(secured, "alice", "connect", "describe", name)
+    assert f"task 0: RUNNING    on {secured.url}" in described.stdout, described.stdout
+    refused = cli(secured, "bob", "connect", "pause", name)
+    assert refused.returncode == 1 and "not found" in refused.stderr
+    assert cli(secured, "alice", "connect", "pause", name).returncode == 0
+    with secured.admin("alice") as admin:
+        assert admin.connector_status(name)["connector"]["state"] == "PAUSED"
+    assert cli(secured, "alice", "connect", "resume", name).returncode == 0
+    assert cli(secured, "alice", "connect", "restart", name, "--task", "0").returncode == 0
+    assert cli(secured, "alice", "connect", "delete", name, "--yes").returncode == 0
+    with secured.admin("alice") as admin:
+        assert name not in admin.list_connectors()

@@ -17,6 +17,7 @@ import orjson
 
 from talos._admin_call import Call as _Call
 from talos._clients import Asynchronous, Blocking, ClientBase, operation
+from talos._connector_admin import ConnectorAdmin
 from talos._steps import Request, Steps, http
 from talos._tenants import SecurityCalls as calls
 from talos._tls import TLSOption
@@ -209,14 +210,6 @@ def _describe_transaction(transactional_id: str) -> _Call[dict[str, Any]]:
     return _Call("GET", f"/v1/transactions/{quote(transactional_id, safe='')}", _json)
 
 
-def _connector_path(name: str, leaf: str = "") -> str:
-    return f"/connectors/{quote(name, safe='')}{leaf}"
-
-
-def _put_connector(name: str, config: Mapping[str, object]) -> _Call[dict[str, Any]]:
-    return _Call("PUT", _connector_path(name, "/config"), _json, orjson.dumps(dict(config)))
-
-
 def _list_groups() -> _Call[list[str]]:
     return _Call("GET", "/v1/groups", lambda r: r.json()["groups"])  # type: ignore[index]
 
@@ -282,7 +275,7 @@ def send(url: str, call: _Call[T], timeout: float) -> Steps[T]:
     return call.read(check((yield from http(request))))
 
 
-class _Admin(ClientBase[AnyTransport]):
+class _Admin(ConnectorAdmin, ClientBase[AnyTransport]):
     """Create, list, describe, change and delete topics.
 
     >>> admin = Admin("http://127.0.0.1:8080")
@@ -543,52 +536,6 @@ class _Admin(ClientBase[AnyTransport]):
         """Refuse older epochs of ``producer`` on the connector's checkpoints; every checkpoint they saved
         before is readable when this returns."""
         return self._send(_fence(f"/v1/connectors/{quote(connector, safe='')}/fence", producer))
-
-    # ---------------------------------------------------------------- connectors run by the cluster
-
-    @operation
-    def list_connectors(self) -> Steps[list[str]]:
-        """Names of the connectors the cluster runs that the caller sees (a tenant: its own; the admin: all)."""
-        return self._send(_Call("GET", "/connectors", _json))
-
-    @operation
-    def put_connector(self, name: str, config: Mapping[str, object]) -> Steps[dict[str, Any]]:
-        """Make the connector, or give it a new configuration (its tasks restart with it): ``config`` in Kafka
-        Connect's shape, ``connector.class``, ``tasks.max``, ``topics`` or ``topic`` and the type's settings
-        (docs/connectors.md). Its info: name, config, tasks, type. A configuration the servers refuse raises
-        :class:`InvalidRequestError` naming every problem; a name another tenant has, :class:`ConflictError`."""
-        return self._send(_put_connector(name, config))
-
-    @operation
-    def describe_connector(self, name: str) -> Steps[dict[str, Any]]:
-        """The connector's info: name, config, tasks and type (and its tenant)."""
-        return self._send(_Call("GET", _connector_path(name), _json))
-
-    @operation
-    def connector_status(self, name: str) -> Steps[dict[str, Any]]:
-        """The connector's state (``RUNNING``, ``PAUSED``, ``FAILED``, ``UNASSIGNED``) and each task's, with the
-        server running it (``worker_id``), its records, restarts and last error (``trace``)."""
-        return self._send(_Call("GET", _connector_path(name, "/status"), _json))
-
-    @operation
-    def pause_connector(self, name: str) -> Steps[None]:
-        """Stop the connector's tasks until :meth:`resume_connector`."""
-        return self._send(_Call("PUT", _connector_path(name, "/pause"), lambda r: None))
-
-    @operation
-    def resume_connector(self, name: str) -> Steps[None]:
-        return self._send(_Call("PUT", _connector_path(name, "/resume"), lambda r: None))
-
-    @operation
-    def restart_connector(self, name: str, *, task: int | None = None) -> Steps[None]:
-        """Start every task of the connector again (or only ``task``), wherever each runs."""
-        leaf = "/restart" if task is None else f"/tasks/{int(task)}/restart"
-        return self._send(_Call("POST", _connector_path(name, leaf), lambda r: None))
-
-    @operation
-    def delete_connector(self, name: str) -> Steps[None]:
-        """Stop the connector's tasks and forget it (its offsets stay)."""
-        return self._send(_Call("DELETE", _connector_path(name), lambda r: None))
 
     # ---------------------------------------------------------------- named producers
 

@@ -1,14 +1,16 @@
 """How fast the operations console's pages answer with a realistic catalog: one ``talos standalone`` (auth on)
-holding 1,000 topics and 200 consumer groups with committed offsets, the portal signed in as the admin.
+holding 1,000 topics, 200 consumer groups with committed offsets and 100 connectors (made paused: their tasks do
+not run), the portal signed in as the admin.
 
     .venv/bin/python load_tests/console_bench.py [--topics 1000] [--partitions 1] [--groups 200]
-                                                 [--requests 20] [--limit-ms 300] [--threads 16]
+                                                 [--connectors 100] [--requests 20] [--limit-ms 300] [--threads 16]
 
 Setup goes through the REST API from ``--threads`` threads at once (topics created, one message produced to each
 topic a group reads, each group's offset committed without a member), so it takes seconds, not minutes. Then the
 bench signs in to ``/portal/login`` as the login form does (the sign-in page's nonce, from its cookie, posted
 back with the token) and times ``--requests`` GETs, one after another on one kept-alive connection, of
-``/portal/topics``, ``/portal/groups``, ``/portal/cluster``, one topic's page and one group's page. It prints
+``/portal/topics``, ``/portal/groups``, ``/portal/connectors``, ``/portal/cluster``, one topic's page, one
+group's page and one connector's page. It prints
 each page's median and p95 and whether the p95 is under ``--limit-ms``. A page the server does not serve (404:
 not built yet) is reported as "not served" instead of failing the run. The server is stopped by PID at the end.
 
@@ -64,8 +66,13 @@ def checked(url: str, method: str, body: object, what: str) -> None:
         raise RuntimeError(f"{what}: {status} {answer[:300]!r}")
 
 
-def populate(base: str, topics: int, partitions: int, groups: int, threads: int) -> None:
-    """Topics, then groups: each group reads two topics (a message in each) and commits offset 1 on both."""
+def connector_name(index: int) -> str:
+    return f"bench-connector-{index:04d}"
+
+
+def populate(base: str, topics: int, partitions: int, groups: int, connectors: int, threads: int) -> None:
+    """Topics, then groups: each group reads two topics (a message in each) and commits offset 1 on both; then
+    connectors, each an HDFS sink of one topic, made paused (no HDFS is needed: their tasks never start)."""
     started = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(
@@ -88,11 +95,20 @@ def populate(base: str, topics: int, partitions: int, groups: int, threads: int)
             checked(f"{base}/v1/groups/{group_name(g)}/offsets", "POST", {"offsets": offsets}, "commit")
 
         list(pool.map(commit, range(groups)))
+
+        def make(c: int) -> None:
+            config = {"connector.class": "hdfs-sink", "topics": topic_name(c % topics), "tasks.max": "2"}
+            config.update(namenode="http://127.0.0.1:9", path=f"/bench/{c}")
+            body = {"name": connector_name(c), "config": config, "initial_state": "PAUSED"}
+            checked(f"{base}/connectors", "POST", body, "make a connector")
+
+        list(pool.map(make, range(connectors)))
     status, body = call(f"{base}/v1/groups")
     listed = len([g for g in json.loads(body)["groups"] if str(g).startswith("bench-group-")]) if status == 200 else 0
     if listed != groups:
         raise RuntimeError(f"GET /v1/groups lists {listed} of the {groups} groups committed")
-    print(f"... and {groups} groups with committed offsets, {time.monotonic() - started:.1f} s in all", flush=True)
+    done = time.monotonic() - started
+    print(f"... and {groups} groups with committed offsets, {connectors} connectors, {done:.1f} s in all", flush=True)
 
 
 class Portal:
@@ -167,6 +183,7 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=1, help="per topic")
     parser.add_argument("--groups", type=int, default=200)
+    parser.add_argument("--connectors", type=int, default=100, help="made paused")
     parser.add_argument("--requests", type=int, default=20, help="timed GETs per page")
     parser.add_argument("--limit-ms", type=float, default=300.0, help="the p95 a page should stay under")
     parser.add_argument("--threads", type=int, default=16, help="for the setup's REST calls")
@@ -176,20 +193,25 @@ def main() -> None:
         server = StandaloneServer(Path(work) / "data", env=env)
         try:
             server.start()
-            populate(server.url, args.topics, args.partitions, args.groups, args.threads)
+            populate(server.url, args.topics, args.partitions, args.groups, args.connectors, args.threads)
             portal = Portal(server.url)
             portal.sign_in(ADMIN_TOKEN)
             pages = [
                 "/portal/topics",
                 "/portal/groups",
+                "/portal/connectors",
                 "/portal/cluster",
                 f"/portal/topics/{topic_name(0)}",
                 f"/portal/groups/{group_name(0)}",
+                f"/portal/connectors/{connector_name(0)}",
             ]
             results = [time_page(portal, page, args.requests) for page in pages]
         finally:
             server.stop()
-    print(f"\n{args.topics} topics x {args.partitions} partition(s), {args.groups} groups; {args.requests} GETs each")
+    print(
+        f"\n{args.topics} topics x {args.partitions} partition(s), {args.groups} groups, {args.connectors} connectors;"
+        f" {args.requests} GETs each"
+    )
     print(f"{'page':<32} {'median ms':>10} {'p95 ms':>10} {f'< {args.limit_ms:g} ms':>12}")
     for result in results:
         print(result.row(args.limit_ms))

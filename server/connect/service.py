@@ -92,16 +92,24 @@ class ConnectService:
         return await self.coordinator.read(lambda s: s.get(name, who.tenant, admin=self._admin(who)))
 
     async def put(
-        self, who: Principal, name: str, config: object, *, must_be_new: bool = False
+        self, who: Principal, name: str, config: object, *, must_be_new: bool = False, paused: bool = False
     ) -> tuple[Connector, bool]:
-        """Make the connector (as ``who``'s) or give it a new configuration; (it, made now)."""
+        """Make the connector (as ``who``'s; ``paused``: its tasks stopped until it is resumed) or give it a new
+        configuration; (it, made now)."""
         # Another tenant's name is taken (409), whatever the configuration: told before the configuration's problems.
         await self.coordinator.read(lambda s: available(s, name, who.tenant, admin=self._admin(who)))
         stored = checked_config(name, config)
         now_ms = int(time.time() * 1000)
         connector, made = await self.coordinator.change(
             lambda s: create_or_update(
-                s, name, stored, tenant=who.tenant, admin=self._admin(who), now_ms=now_ms, must_be_new=must_be_new
+                s,
+                name,
+                stored,
+                tenant=who.tenant,
+                admin=self._admin(who),
+                now_ms=now_ms,
+                must_be_new=must_be_new,
+                paused=paused,
             )
         )
         await self._audit(who, "connector.create" if made else "connector.config", connector, connector.type)

@@ -155,14 +155,16 @@ def create_or_update(
     admin: bool,
     now_ms: int,
     must_be_new: bool = False,
+    paused: bool = False,
 ) -> tuple[tuple[Connector, bool], Records]:
-    """Make the connector, or give it a new configuration (its tasks restart with it); (it, made now)."""
+    """Make the connector (``paused``: with its tasks stopped until it is resumed), or give it a new configuration
+    (its tasks restart with it); (it, made now)."""
     available(state, name, tenant, admin=admin)
     found = state.by_name.get(name)
     if found is not None and must_be_new:
         raise ConnectorError(409, "CONNECTOR_EXISTS", f"connector {name!r} exists; PUT its /config to change it")
     if found is None:
-        made = Connector(name, tenant, dict(config), created_ms=now_ms, updated_ms=now_ms)
+        made = Connector(name, tenant, dict(config), paused=paused, created_ms=now_ms, updated_ms=now_ms)
         return (made, True), [made.record()]
     if dict(found.config) == dict(config):
         return (found, False), []

@@ -74,6 +74,15 @@ def test_plugins_and_a_refused_configuration(secured: SecuredStandalone) -> None
         checked = alice.put("/connector-plugins/hdfs-sink/config/validate", json={"topics": "t", "path": "x"})
         assert checked.status_code == 200 and checked.json()["error_count"] == 2, checked.text  # namenode; path
         assert alice.get("/connectors").json() == []  # nothing was made
+        # Made paused (Kafka Connect's initial_state): no task runs until it is resumed.
+        later = {"connector.class": "hdfs-sink", "topics": "t", "namenode": "http://127.0.0.1:9", "path": "/later"}
+        odd = alice.post("/connectors", json={"name": "later", "config": later, "initial_state": "SOON"})
+        assert odd.status_code == 400, odd.text
+        made = alice.post("/connectors", json={"name": "later", "config": later, "initial_state": "PAUSED"})
+        assert made.status_code == 201, made.text
+        status = alice.get("/connectors/later/status").json()
+        assert status["connector"]["state"] == "PAUSED" and status["tasks"][0]["state"] == "PAUSED", status
+        assert alice.delete("/connectors/later").status_code == 204
 
 
 @pytest.mark.slow

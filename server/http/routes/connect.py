@@ -15,7 +15,7 @@ may, billed to it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -41,6 +41,9 @@ class ConnectorCreate(BaseModel):
     config: dict[str, Any] = Field(
         description="connector.class (GET /connector-plugins), tasks.max, topics (sinks) or topic (sources), and the "
         "type's settings (docs/connectors.md); values as strings or JSON values"
+    )
+    initial_state: Literal["RUNNING", "PAUSED"] = Field(
+        "RUNNING", description="PAUSED: made with its tasks stopped until it is resumed (Kafka Connect's KIP-980)"
     )
 
 
@@ -123,7 +126,10 @@ async def create_connector(request: Request) -> Response:
         doc = _body(body)
         if not isinstance(doc, dict) or not isinstance(doc.get("name"), str) or "config" not in doc:
             raise ConnectorError(400, "INVALID_REQUEST", 'expected {"name": ..., "config": {...}}')
-        connector, _ = await service.put(who, doc["name"], doc["config"], must_be_new=True)
+        initial = doc.get("initial_state", "RUNNING")
+        if initial not in ("RUNNING", "PAUSED"):
+            raise ConnectorError(400, "INVALID_REQUEST", "initial_state is RUNNING or PAUSED")
+        connector, _ = await service.put(who, doc["name"], doc["config"], must_be_new=True, paused=initial == "PAUSED")
         return _json(info(connector), 201)
 
     return await _on_coordinator(request, handler)

@@ -4,7 +4,7 @@ mixin of :class:`talos.Admin` and :class:`talos.AsyncAdmin`, sending through the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import orjson
@@ -28,8 +28,9 @@ def _json(response: Response) -> Any:
 
 
 class ConnectorAdmin:
-    def _send(self, call: _Call[T]) -> Steps[T]:
-        raise NotImplementedError  # the client's
+    if TYPE_CHECKING:  # the client's (``_Admin._send``), which this mixin sends through
+
+        def _send(self, call: _Call[T]) -> Steps[T]: ...
 
     @operation
     def list_connectors(self) -> Steps[list[str]]:
